@@ -1,0 +1,174 @@
+"""The saver contract, written once for both drivers.
+
+Every public method of `BaseCheckpointSaver`, sync and async, is defined here
+as "run this `CheckpointStore` operation". A driver supplies four primitives:
+`_run` / `_stream` (blocking) and `_arun` / `_astream` (awaitable), see
+`saver.py` and `aio.py`.
+"""
+
+from __future__ import annotations
+
+import abc
+from collections.abc import AsyncIterator, Iterable, Iterator, Mapping, Sequence
+from typing import Any, TypeVar
+
+from langchain_core.runnables import RunnableConfig
+from langgraph.checkpoint.base import (
+    BaseCheckpointSaver,
+    ChannelVersions,
+    Checkpoint,
+    CheckpointMetadata,
+    CheckpointTuple,
+    DeltaChannelHistory,
+)
+from langgraph.checkpoint.serde.base import SerializerProtocol
+
+from langgraph_colosseum._core.codec import TypeRegistry, default_registry
+from langgraph_colosseum._core.io import Operation
+from langgraph_colosseum._core.store import DEFAULT_PAGE_SIZE, CheckpointStore, next_version
+from langgraph_colosseum._core.values import ValueCodec
+
+T = TypeVar("T")
+
+
+class ColosseumSaverBase(BaseCheckpointSaver[str], abc.ABC):
+    """Shared body of `ColosseumSaver` and `AsyncColosseumSaver`."""
+
+    def __init__(
+        self,
+        *,
+        serde: SerializerProtocol | None = None,
+        types: Iterable[type] = (),
+        page_size: int = DEFAULT_PAGE_SIZE,
+    ) -> None:
+        super().__init__(serde=serde)
+        self.types: TypeRegistry = default_registry()
+        for cls in types:
+            self.types.register(cls)
+        self._store = CheckpointStore(ValueCodec(self.serde, self.types), page_size=page_size)
+
+    # Driver primitives -------------------------------------------------
+
+    @abc.abstractmethod
+    def _run(self, op: Operation[T]) -> T: ...
+
+    @abc.abstractmethod
+    def _stream(self, op: Operation[Any]) -> Iterator[Any]: ...
+
+    @abc.abstractmethod
+    async def _arun(self, op: Operation[T]) -> T: ...
+
+    @abc.abstractmethod
+    def _astream(self, op: Operation[Any]) -> AsyncIterator[Any]: ...
+
+    # The contract --------------------------------------------------------
+
+    def register_type(self, cls: type) -> type:
+        """Let the application's own class be stored as queryable jsonb.
+
+        Example:
+            >>> @saver.register_type
+            ... class Order(pydantic.BaseModel):
+            ...     ticker: str
+            ...     qty: int
+        """
+        return self.types.register(cls)
+
+    def get_tuple(self, config: RunnableConfig) -> CheckpointTuple | None:
+        return self._run(self._store.get_tuple(config))
+
+    async def aget_tuple(self, config: RunnableConfig) -> CheckpointTuple | None:
+        return await self._arun(self._store.get_tuple(config))
+
+    def list(
+        self,
+        config: RunnableConfig | None,
+        *,
+        filter: dict[str, Any] | None = None,
+        before: RunnableConfig | None = None,
+        limit: int | None = None,
+    ) -> Iterator[CheckpointTuple]:
+        return self._stream(self._store.list(config, filter=filter, before=before, limit=limit))
+
+    def alist(
+        self,
+        config: RunnableConfig | None,
+        *,
+        filter: dict[str, Any] | None = None,
+        before: RunnableConfig | None = None,
+        limit: int | None = None,
+    ) -> AsyncIterator[CheckpointTuple]:
+        return self._astream(self._store.list(config, filter=filter, before=before, limit=limit))
+
+    def put(
+        self,
+        config: RunnableConfig,
+        checkpoint: Checkpoint,
+        metadata: CheckpointMetadata,
+        new_versions: ChannelVersions,
+    ) -> RunnableConfig:
+        return self._run(self._store.put(config, checkpoint, metadata, new_versions))
+
+    async def aput(
+        self,
+        config: RunnableConfig,
+        checkpoint: Checkpoint,
+        metadata: CheckpointMetadata,
+        new_versions: ChannelVersions,
+    ) -> RunnableConfig:
+        return await self._arun(self._store.put(config, checkpoint, metadata, new_versions))
+
+    def put_writes(
+        self,
+        config: RunnableConfig,
+        writes: Sequence[tuple[str, Any]],
+        task_id: str,
+        task_path: str = "",
+    ) -> None:
+        self._run(self._store.put_writes(config, writes, task_id, task_path))
+
+    async def aput_writes(
+        self,
+        config: RunnableConfig,
+        writes: Sequence[tuple[str, Any]],
+        task_id: str,
+        task_path: str = "",
+    ) -> None:
+        await self._arun(self._store.put_writes(config, writes, task_id, task_path))
+
+    def delete_thread(self, thread_id: str) -> None:
+        self._run(self._store.delete_threads([thread_id]))
+
+    async def adelete_thread(self, thread_id: str) -> None:
+        await self._arun(self._store.delete_threads([thread_id]))
+
+    def delete_for_runs(self, run_ids: Sequence[str]) -> None:
+        self._run(self._store.delete_for_runs(run_ids))
+
+    async def adelete_for_runs(self, run_ids: Sequence[str]) -> None:
+        await self._arun(self._store.delete_for_runs(run_ids))
+
+    def copy_thread(self, source_thread_id: str, target_thread_id: str) -> None:
+        self._run(self._store.copy_thread(source_thread_id, target_thread_id))
+
+    async def acopy_thread(self, source_thread_id: str, target_thread_id: str) -> None:
+        await self._arun(self._store.copy_thread(source_thread_id, target_thread_id))
+
+    def prune(self, thread_ids: Sequence[str], *, strategy: str = "keep_latest") -> None:
+        self._run(self._store.prune(thread_ids, strategy))
+
+    async def aprune(self, thread_ids: Sequence[str], *, strategy: str = "keep_latest") -> None:
+        await self._arun(self._store.prune(thread_ids, strategy))
+
+    def get_delta_channel_history(
+        self, *, config: RunnableConfig, channels: Sequence[str]
+    ) -> Mapping[str, DeltaChannelHistory]:
+        return self._run(self._store.delta_history(config, channels))
+
+    async def aget_delta_channel_history(
+        self, *, config: RunnableConfig, channels: Sequence[str]
+    ) -> Mapping[str, DeltaChannelHistory]:
+        return await self._arun(self._store.delta_history(config, channels))
+
+    def get_next_version(self, current: str | None, channel: None) -> str:
+        return next_version(current)

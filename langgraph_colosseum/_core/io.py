@@ -1,0 +1,93 @@
+"""The I/O an operation asks for, and the two runners' shared contract.
+
+An operation is a generator (the model is psycopg's own ``generators.py``): it
+yields a request, the driver performs it and sends back the result. A driver
+takes a connection for each request and gives it back right after, so an
+operation that pauses (a `list` being iterated slowly) holds no connection.
+
+* `Query`: one statement; the result is its rows (or None when `fetch` is off).
+* `Transaction`: statements that commit together, pipelined in one round trip;
+  the result is the list of per-statement results.
+* `Emit`: not I/O; an item for the caller of a streaming operation (`list`).
+"""
+
+from __future__ import annotations
+
+from collections.abc import AsyncIterator, Awaitable, Callable, Generator, Iterator, Mapping
+from typing import Any, NamedTuple, TypeVar
+
+T = TypeVar("T")
+
+
+class Query(NamedTuple):
+    sql: str
+    params: Mapping[str, Any] | None = None
+    fetch: bool = True
+
+
+class Transaction(NamedTuple):
+    queries: tuple[Query, ...]
+
+
+class Emit(NamedTuple):
+    item: Any
+
+
+Request = Query | Transaction | Emit
+Operation = Generator[Request, Any, T]
+
+
+# The runners. `perform` does one request's I/O; these only feed results back.
+# A runner that meets `Emit` in a non-streaming operation is a bug in the caller.
+
+
+def run(op: Operation[T], perform: Callable[[Request], Any]) -> T:
+    result = None
+    while True:
+        try:
+            request = op.send(result)
+        except StopIteration as stop:
+            return stop.value
+        if isinstance(request, Emit):
+            raise TypeError("a streaming operation must be driven by stream()")
+        result = perform(request)
+
+
+def stream(op: Operation[Any], perform: Callable[[Request], Any]) -> Iterator[Any]:
+    result = None
+    while True:
+        try:
+            request = op.send(result)
+        except StopIteration:
+            return
+        if isinstance(request, Emit):
+            result = None
+            yield request.item
+        else:
+            result = perform(request)
+
+
+async def arun(op: Operation[T], perform: Callable[[Request], Awaitable[Any]]) -> T:
+    result = None
+    while True:
+        try:
+            request = op.send(result)
+        except StopIteration as stop:
+            return stop.value
+        if isinstance(request, Emit):
+            raise TypeError("a streaming operation must be driven by astream()")
+        result = await perform(request)
+
+
+async def astream(op: Operation[Any], perform: Callable[[Request], Awaitable[Any]]) -> AsyncIterator[Any]:
+    result = None
+    while True:
+        try:
+            request = op.send(result)
+        except StopIteration:
+            return
+        if isinstance(request, Emit):
+            result = None
+            yield request.item
+        else:
+            result = await perform(request)

@@ -1,0 +1,95 @@
+"""Numbered schema migrations.
+
+Rules: a migration is appended, never edited; each is idempotent; all of them
+run in one transaction under a transaction-level advisory lock, so two
+processes calling `setup()` at once both succeed (the second finds the work
+done). Every primary key starts with `thread_id`, so the tables can be
+distributed by it (Citus) unchanged. Identifier columns use the "C" collation:
+checkpoint ids are uuid6 strings whose byte order is their time order, and a
+locale collation may order them differently.
+"""
+
+from __future__ import annotations
+
+# Any 64-bit constant unique to this package: "colosseum" in ASCII, truncated.
+ADVISORY_LOCK_KEY = 0x636F6C6F7373
+
+SCHEMA_TABLE = "colosseum_schema"
+
+MIGRATIONS: list[str] = [
+    # 1: checkpoints, channel values by version, pending writes, delta histories.
+    """
+    CREATE TABLE IF NOT EXISTS colosseum_checkpoints (
+        thread_id            text COLLATE "C" NOT NULL,
+        checkpoint_ns        text COLLATE "C" NOT NULL DEFAULT '',
+        checkpoint_id        text COLLATE "C" NOT NULL,
+        parent_checkpoint_id text COLLATE "C",
+        run_id               text COLLATE "C",
+        checkpoint           jsonb NOT NULL,
+        metadata             jsonb NOT NULL DEFAULT '{}',
+        created_at           timestamptz NOT NULL DEFAULT now(),
+        PRIMARY KEY (thread_id, checkpoint_ns, checkpoint_id)
+    );
+    CREATE INDEX IF NOT EXISTS colosseum_checkpoints_run_id
+        ON colosseum_checkpoints (run_id) WHERE run_id IS NOT NULL;
+
+    -- One row per (channel, version): a checkpoint names the versions it holds
+    -- in checkpoint->'channel_versions', so an unchanged channel costs nothing.
+    -- encoding: 'json' (value holds typed jsonb), 'serde' (value_bytes holds the
+    -- serializer's bytes, value_type its type), 'empty' (the channel was cleared).
+    CREATE TABLE IF NOT EXISTS colosseum_channel_values (
+        thread_id     text COLLATE "C" NOT NULL,
+        checkpoint_ns text COLLATE "C" NOT NULL DEFAULT '',
+        channel       text COLLATE "C" NOT NULL,
+        version       text COLLATE "C" NOT NULL,
+        encoding      text NOT NULL CHECK (encoding IN ('json', 'serde', 'empty')),
+        value         jsonb,
+        value_bytes   bytea,
+        value_type    text,
+        PRIMARY KEY (thread_id, checkpoint_ns, channel, version)
+    );
+
+    CREATE TABLE IF NOT EXISTS colosseum_writes (
+        thread_id     text COLLATE "C" NOT NULL,
+        checkpoint_ns text COLLATE "C" NOT NULL DEFAULT '',
+        checkpoint_id text COLLATE "C" NOT NULL,
+        task_id       text COLLATE "C" NOT NULL,
+        idx           integer NOT NULL,
+        task_path     text COLLATE "C" NOT NULL DEFAULT '',
+        channel       text COLLATE "C" NOT NULL,
+        encoding      text NOT NULL CHECK (encoding IN ('json', 'serde')),
+        value         jsonb,
+        value_bytes   bytea,
+        value_type    text,
+        PRIMARY KEY (thread_id, checkpoint_ns, checkpoint_id, task_id, idx)
+    );
+
+    -- A DeltaChannel's history frozen at one checkpoint, written when prune or
+    -- delete_for_runs removes the ancestors it was rebuilt from: seq 0 is the
+    -- seed (when there is one), seq 1.. are the writes after it, oldest first.
+    CREATE TABLE IF NOT EXISTS colosseum_delta_histories (
+        thread_id     text COLLATE "C" NOT NULL,
+        checkpoint_ns text COLLATE "C" NOT NULL DEFAULT '',
+        checkpoint_id text COLLATE "C" NOT NULL,
+        channel       text COLLATE "C" NOT NULL,
+        seq           integer NOT NULL,
+        task_id       text COLLATE "C",
+        encoding      text NOT NULL CHECK (encoding IN ('json', 'serde')),
+        value         jsonb,
+        value_bytes   bytea,
+        value_type    text,
+        PRIMARY KEY (thread_id, checkpoint_ns, checkpoint_id, channel, seq)
+    );
+    """,
+]
+
+LATEST_VERSION = len(MIGRATIONS)
+
+CREATE_SCHEMA_TABLE = f"""
+CREATE TABLE IF NOT EXISTS {SCHEMA_TABLE} (
+    version    integer PRIMARY KEY,
+    applied_at timestamptz NOT NULL DEFAULT now()
+)
+"""
+LOCK = "SELECT pg_advisory_xact_lock(%(key)s)"
+CURRENT_VERSION = f"SELECT coalesce(max(version), 0) FROM {SCHEMA_TABLE}"

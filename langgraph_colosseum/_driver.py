@@ -1,0 +1,53 @@
+"""Performing one request on one psycopg connection: the sync and async twins.
+
+These are the only places that touch a connection; keep them side by side so
+a change to one is made to the other.
+"""
+
+from __future__ import annotations
+
+import logging
+from typing import Any
+
+import psycopg
+
+from langgraph_colosseum._core.io import Query, Request, Transaction
+
+logger = logging.getLogger("langgraph_colosseum")
+
+# Every request our operations issue is idempotent (upserts, insert-if-absent,
+# deletes), so one retry on a fresh connection after the old one broke (a
+# Postgres restart, a dropped socket) cannot apply anything twice.
+RETRIES_ON_BROKEN_CONNECTION = 2
+
+
+def is_connection_failure(exc: BaseException, conn: Any) -> bool:
+    return isinstance(exc, psycopg.OperationalError) and (conn is None or conn.broken or conn.closed)
+
+
+def perform(conn: psycopg.Connection, request: Request) -> Any:
+    if isinstance(request, Query):
+        if conn.autocommit:
+            cursor = conn.execute(request.sql, request.params)
+        else:
+            with conn.transaction():
+                cursor = conn.execute(request.sql, request.params)
+        return cursor.fetchall() if request.fetch else None
+    assert isinstance(request, Transaction)
+    with conn.pipeline(), conn.transaction():
+        cursors = [conn.execute(q.sql, q.params) for q in request.queries]
+    return [c.fetchall() if q.fetch else None for c, q in zip(cursors, request.queries)]
+
+
+async def aperform(conn: psycopg.AsyncConnection, request: Request) -> Any:
+    if isinstance(request, Query):
+        if conn.autocommit:
+            cursor = await conn.execute(request.sql, request.params)
+        else:
+            async with conn.transaction():
+                cursor = await conn.execute(request.sql, request.params)
+        return await cursor.fetchall() if request.fetch else None
+    assert isinstance(request, Transaction)
+    async with conn.pipeline(), conn.transaction():
+        cursors = [await conn.execute(q.sql, q.params) for q in request.queries]
+    return [await c.fetchall() if q.fetch else None for c, q in zip(cursors, request.queries)]

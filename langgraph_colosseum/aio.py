@@ -1,0 +1,142 @@
+"""`AsyncColosseumSaver`: the asyncio driver, on an `AsyncConnection` or `AsyncConnectionPool`."""
+
+from __future__ import annotations
+
+import asyncio
+from collections.abc import AsyncIterator, Iterable, Iterator
+from contextlib import asynccontextmanager
+from typing import Any, TypeVar
+
+import psycopg
+from langgraph.checkpoint.serde.base import SerializerProtocol
+from psycopg_pool import AsyncConnectionPool
+
+from langgraph_colosseum._base import ColosseumSaverBase
+from langgraph_colosseum._core import io
+from langgraph_colosseum._core.io import Operation, Request
+from langgraph_colosseum._core.store import DEFAULT_PAGE_SIZE
+from langgraph_colosseum._driver import (
+    RETRIES_ON_BROKEN_CONNECTION,
+    aperform,
+    is_connection_failure,
+    logger,
+)
+from langgraph_colosseum.saver import DEFAULT_POOL_SIZE
+
+T = TypeVar("T")
+
+
+class AsyncColosseumSaver(ColosseumSaverBase):
+    """The asyncio twin of `ColosseumSaver`.
+
+    Its blocking methods (`get_tuple`, `list`, `put`, ...) work from threads
+    other than the event loop's, as AsyncPostgresSaver's do.
+
+    Example:
+        >>> async with AsyncColosseumSaver.from_conn_string(dsn, pool_size=10) as saver:
+        ...     await saver.setup()
+        ...     graph = builder.compile(checkpointer=saver)
+        ...     await graph.ainvoke(inputs, {"configurable": {"thread_id": "t1"}})
+    """
+
+    def __init__(
+        self,
+        conn: psycopg.AsyncConnection | AsyncConnectionPool,
+        *,
+        serde: SerializerProtocol | None = None,
+        types: Iterable[type] = (),
+        page_size: int = DEFAULT_PAGE_SIZE,
+    ) -> None:
+        super().__init__(serde=serde, types=types, page_size=page_size)
+        self.conn = conn
+        self._conn_lock = None if isinstance(conn, AsyncConnectionPool) else asyncio.Lock()
+        try:
+            self.loop: asyncio.AbstractEventLoop | None = asyncio.get_running_loop()
+        except RuntimeError:
+            self.loop = None
+
+    @classmethod
+    @asynccontextmanager
+    async def from_conn_string(
+        cls,
+        conn_string: str,
+        *,
+        pool_size: int | None = None,
+        serde: SerializerProtocol | None = None,
+        **options: Any,
+    ) -> AsyncIterator[AsyncColosseumSaver]:
+        """A saver on its own connection pool, closed on exit."""
+        async with AsyncConnectionPool(
+            conn_string,
+            min_size=1,
+            max_size=pool_size or DEFAULT_POOL_SIZE,
+            kwargs={"autocommit": True},
+            check=AsyncConnectionPool.check_connection,
+            open=False,
+        ) as pool:
+            yield cls(pool, serde=serde, **options)
+
+    async def setup(self) -> int:
+        """Create or upgrade the schema; returns its version. Safe to call concurrently."""
+        return await self._arun(self._store.migrate())
+
+    # Driver primitives ---------------------------------------------------
+
+    async def _perform(self, request: Request) -> Any:
+        # Blocking calls from other threads are sent to the loop that first used us.
+        self.loop = self.loop or asyncio.get_running_loop()
+        for attempt in range(RETRIES_ON_BROKEN_CONNECTION + 1):
+            conn = None
+            try:
+                if isinstance(self.conn, AsyncConnectionPool):
+                    async with self.conn.connection() as conn:
+                        return await aperform(conn, request)
+                assert self._conn_lock is not None
+                async with self._conn_lock:
+                    conn = self.conn
+                    return await aperform(conn, request)
+            except psycopg.OperationalError as exc:
+                retry = isinstance(self.conn, AsyncConnectionPool) and is_connection_failure(exc, conn)
+                if not retry or attempt == RETRIES_ON_BROKEN_CONNECTION:
+                    raise
+                logger.warning("Postgres connection lost (%s); retrying on a fresh one", exc)
+        raise AssertionError("unreachable")
+
+    async def _arun(self, op: Operation[T]) -> T:
+        return await io.arun(op, self._perform)
+
+    def _astream(self, op: Operation[Any]) -> AsyncIterator[Any]:
+        return io.astream(op, self._perform)
+
+    # Blocking calls are sent to the saver's event loop from another thread.
+    def _loop_for_blocking_call(self) -> asyncio.AbstractEventLoop:
+        try:
+            running = asyncio.get_running_loop()
+        except RuntimeError:
+            running = None
+        if running is not None and running is self.loop:
+            raise asyncio.InvalidStateError(
+                "Synchronous calls to AsyncColosseumSaver are only allowed from a "
+                "different thread. From the event loop's thread, use the async "
+                "interface, for example `await checkpointer.aget_tuple(...)` or "
+                "`await graph.ainvoke(...)`."
+            )
+        if self.loop is None:
+            raise asyncio.InvalidStateError(
+                "AsyncColosseumSaver has no event loop yet: create it inside a running "
+                "loop, or make one async call first."
+            )
+        return self.loop
+
+    def _run(self, op: Operation[T]) -> T:
+        loop = self._loop_for_blocking_call()
+        return asyncio.run_coroutine_threadsafe(self._arun(op), loop).result()
+
+    def _stream(self, op: Operation[Any]) -> Iterator[Any]:
+        loop = self._loop_for_blocking_call()
+        items = self._astream(op)
+        while True:
+            try:
+                yield asyncio.run_coroutine_threadsafe(items.__anext__(), loop).result()
+            except StopAsyncIteration:
+                return

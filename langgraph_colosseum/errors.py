@@ -1,0 +1,102 @@
+"""One exception hierarchy for the whole package.
+
+Every message says what happened, where (thread, checkpoint, channel, value
+path) and what to do about it.
+"""
+
+from __future__ import annotations
+
+
+class ColosseumError(Exception):
+    """Base class of every error raised by langgraph-colosseum."""
+
+
+class CodecError(ColosseumError):
+    """A value cannot be encoded to, or decoded from, the typed jsonb form."""
+
+    def __init__(self, message: str, *, path: str = "$") -> None:
+        self.path = path
+        super().__init__(f"{message} (at value path {path})")
+
+
+class UnsupportedValueError(CodecError):
+    """The typed codec cannot express a value; the caller may fall back to serde."""
+
+
+class UntrustedTypeError(CodecError):
+    """A stored type tag names a class that is not on the allowlist.
+
+    Nothing was imported or constructed. Register the class with
+    `TypeRegistry.register` if the row is trusted.
+    """
+
+
+class ValueNotStorableError(ColosseumError):
+    """Neither the typed codec nor the configured serde can store a value.
+
+    Nothing was written for the step that carried it.
+    """
+
+    def __init__(
+        self,
+        *,
+        thread_id: str,
+        checkpoint_ns: str,
+        checkpoint_id: str | None,
+        channel: str,
+        path: str,
+        cause: BaseException,
+    ) -> None:
+        self.thread_id = thread_id
+        self.checkpoint_ns = checkpoint_ns
+        self.checkpoint_id = checkpoint_id
+        self.channel = channel
+        self.path = path
+        where = f"thread {thread_id!r}"
+        if checkpoint_ns:
+            where += f", namespace {checkpoint_ns!r}"
+        if checkpoint_id:
+            where += f", checkpoint {checkpoint_id!r}"
+        super().__init__(
+            f"cannot store channel {channel!r} of {where}: the value at path {path} "
+            f"is neither jsonb-encodable nor accepted by the serializer ({cause}). "
+            "Nothing was written. Make the value serialisable, or register its class "
+            "with the saver's type registry."
+        )
+
+
+class CorruptRowError(ColosseumError):
+    """A stored row cannot be turned back into a checkpoint."""
+
+    def __init__(self, *, thread_id: str, checkpoint_ns: str, checkpoint_id: str,
+                 channel: str | None, cause: BaseException) -> None:
+        self.thread_id = thread_id
+        self.checkpoint_id = checkpoint_id
+        self.channel = channel
+        part = f"channel {channel!r} of " if channel else ""
+        ns = f", namespace {checkpoint_ns!r}" if checkpoint_ns else ""
+        super().__init__(
+            f"cannot load {part}checkpoint {checkpoint_id!r} of thread {thread_id!r}{ns}: "
+            f"{cause}"
+        )
+
+
+class SchemaError(ColosseumError):
+    """The database schema is missing, or newer than this code understands."""
+
+
+class SchemaVersionError(SchemaError):
+    """The database was migrated by a newer langgraph-colosseum."""
+
+    def __init__(self, *, database_version: int, code_version: int) -> None:
+        self.database_version = database_version
+        self.code_version = code_version
+        super().__init__(
+            f"the database schema is at version {database_version}, but this "
+            f"langgraph-colosseum only knows versions up to {code_version}. "
+            "Upgrade the package; do not run an older one against this database."
+        )
+
+
+class InvalidConfigError(ColosseumError):
+    """A RunnableConfig lacks what an operation needs (such as `thread_id`)."""

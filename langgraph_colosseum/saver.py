@@ -1,0 +1,120 @@
+"""`ColosseumSaver`: the blocking driver, on a psycopg `Connection` or `ConnectionPool`."""
+
+from __future__ import annotations
+
+import asyncio
+import threading
+from collections.abc import AsyncIterator, Iterable, Iterator
+from contextlib import contextmanager, nullcontext
+from typing import Any, TypeVar
+
+import psycopg
+from langgraph.checkpoint.serde.base import SerializerProtocol
+from psycopg_pool import ConnectionPool
+
+from langgraph_colosseum._base import ColosseumSaverBase
+from langgraph_colosseum._core import io
+from langgraph_colosseum._core.io import Operation, Request
+from langgraph_colosseum._core.store import DEFAULT_PAGE_SIZE
+from langgraph_colosseum._driver import (
+    RETRIES_ON_BROKEN_CONNECTION,
+    is_connection_failure,
+    logger,
+    perform,
+)
+
+T = TypeVar("T")
+
+DEFAULT_POOL_SIZE = 10
+
+
+class ColosseumSaver(ColosseumSaverBase):
+    """A LangGraph checkpointer on Postgres `jsonb`.
+
+    Example:
+        >>> with ColosseumSaver.from_conn_string("postgresql://localhost/db") as saver:
+        ...     saver.setup()
+        ...     graph = builder.compile(checkpointer=saver)
+        ...     graph.invoke(inputs, {"configurable": {"thread_id": "t1"}})
+    """
+
+    def __init__(
+        self,
+        conn: psycopg.Connection | ConnectionPool,
+        *,
+        serde: SerializerProtocol | None = None,
+        types: Iterable[type] = (),
+        page_size: int = DEFAULT_PAGE_SIZE,
+    ) -> None:
+        super().__init__(serde=serde, types=types, page_size=page_size)
+        self.conn = conn
+        # One connection runs one statement at a time; a pool needs no lock.
+        self._conn_lock = None if isinstance(conn, ConnectionPool) else threading.Lock()
+
+    @classmethod
+    @contextmanager
+    def from_conn_string(
+        cls,
+        conn_string: str,
+        *,
+        pool_size: int | None = None,
+        serde: SerializerProtocol | None = None,
+        **options: Any,
+    ) -> Iterator[ColosseumSaver]:
+        """A saver on its own connection pool, closed on exit."""
+        with ConnectionPool(
+            conn_string,
+            min_size=1,
+            max_size=pool_size or DEFAULT_POOL_SIZE,
+            kwargs={"autocommit": True},
+            check=ConnectionPool.check_connection,
+            open=True,
+        ) as pool:
+            yield cls(pool, serde=serde, **options)
+
+    def setup(self) -> int:
+        """Create or upgrade the schema; returns its version. Safe to call concurrently."""
+        return self._run(self._store.migrate())
+
+    # Driver primitives ---------------------------------------------------
+
+    def _connection(self) -> Any:
+        if isinstance(self.conn, ConnectionPool):
+            return self.conn.connection()
+        assert self._conn_lock is not None
+        return _locked(self._conn_lock, self.conn)
+
+    def _perform(self, request: Request) -> Any:
+        for attempt in range(RETRIES_ON_BROKEN_CONNECTION + 1):
+            conn = None
+            try:
+                with self._connection() as conn:
+                    return perform(conn, request)
+            except psycopg.OperationalError as exc:
+                retry = isinstance(self.conn, ConnectionPool) and is_connection_failure(exc, conn)
+                if not retry or attempt == RETRIES_ON_BROKEN_CONNECTION:
+                    raise
+                logger.warning("Postgres connection lost (%s); retrying on a fresh one", exc)
+        raise AssertionError("unreachable")
+
+    def _run(self, op: Operation[T]) -> T:
+        return io.run(op, self._perform)
+
+    def _stream(self, op: Operation[Any]) -> Iterator[Any]:
+        return io.stream(op, self._perform)
+
+    # The async interface of a blocking saver runs each request in a worker thread.
+    async def _arun(self, op: Operation[T]) -> T:
+        return await io.arun(op, self._perform_in_thread)
+
+    def _astream(self, op: Operation[Any]) -> AsyncIterator[Any]:
+        return io.astream(op, self._perform_in_thread)
+
+    async def _perform_in_thread(self, request: Request) -> Any:
+        return await asyncio.to_thread(self._perform, request)
+
+
+@contextmanager
+def _locked(lock: threading.Lock, conn: psycopg.Connection) -> Iterator[psycopg.Connection]:
+    with lock, nullcontext(conn):
+        yield conn
