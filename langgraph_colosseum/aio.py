@@ -71,7 +71,6 @@ class AsyncColosseumSaver(ColosseumSaverBase):
             min_size=1,
             max_size=pool_size or DEFAULT_POOL_SIZE,
             kwargs={"autocommit": True},
-            check=AsyncConnectionPool.check_connection,
             open=False,
         ) as pool:
             yield cls(pool, serde=serde, **options)
@@ -100,6 +99,9 @@ class AsyncColosseumSaver(ColosseumSaverBase):
                 if not retry or attempt == RETRIES_ON_BROKEN_CONNECTION:
                     raise
                 logger.warning("Postgres connection lost (%s); retrying on a fresh one", exc)
+                # The server may have restarted: drop every dead idle connection at
+                # once rather than meeting them one by one.
+                await self.conn.check()
         raise AssertionError("unreachable")
 
     async def _arun(self, op: Operation[T]) -> T:

@@ -67,7 +67,6 @@ class ColosseumSaver(ColosseumSaverBase):
             min_size=1,
             max_size=pool_size or DEFAULT_POOL_SIZE,
             kwargs={"autocommit": True},
-            check=ConnectionPool.check_connection,
             open=True,
         ) as pool:
             yield cls(pool, serde=serde, **options)
@@ -95,6 +94,9 @@ class ColosseumSaver(ColosseumSaverBase):
                 if not retry or attempt == RETRIES_ON_BROKEN_CONNECTION:
                     raise
                 logger.warning("Postgres connection lost (%s); retrying on a fresh one", exc)
+                # The server may have restarted: drop every dead idle connection at
+                # once rather than meeting them one by one.
+                self.conn.check()
         raise AssertionError("unreachable")
 
     def _run(self, op: Operation[T]) -> T:

@@ -229,7 +229,7 @@ class CheckpointStore:
         checkpoint_id = checkpoint["id"]
         values = checkpoint["channel_values"]
         stored: list[StoredValue] = []
-        for channel, version in new_versions.items():
+        for channel, _version in new_versions.items():
             where = Where(thread_id, checkpoint_ns, checkpoint_id, channel)
             stored.append(self.codec.dump(values[channel], where) if channel in values else EMPTY)
         document = {k: v for k, v in checkpoint.items() if k != "channel_values"}

@@ -1,0 +1,243 @@
+"""The drivers: connections and pools, threads, dropped connections, round trips."""
+
+from __future__ import annotations
+
+import asyncio
+import itertools
+import operator
+import threading
+from typing import Annotated, TypedDict
+
+import psycopg
+import pytest
+from langgraph.checkpoint.base import empty_checkpoint
+from langgraph.graph import START, StateGraph
+
+from langgraph_colosseum import (
+    AsyncColosseumSaver,
+    ColosseumSaver,
+    InvalidConfigError,
+)
+from langgraph_colosseum._core.io import Query, Transaction
+
+
+class Counter(TypedDict):
+    total: Annotated[int, operator.add]
+    log: Annotated[list[str], operator.add]
+
+
+def counter_graph(saver):
+    builder = StateGraph(Counter)
+    builder.add_node("inc", lambda s: {"total": 1, "log": [f"step{s['total']}"]})
+    builder.add_edge(START, "inc")
+    return builder.compile(checkpointer=saver)
+
+
+def thread(tid: str) -> dict:
+    return {"configurable": {"thread_id": tid}}
+
+
+def terminate_other_backends(url: str) -> int:
+    """Drop every other connection to the test database, as a server restart would."""
+    with psycopg.connect(url, autocommit=True) as conn:
+        row = conn.execute(
+            "SELECT count(pg_terminate_backend(pid)) FROM pg_stat_activity "
+            "WHERE datname = current_database() AND pid <> pg_backend_pid()"
+        ).fetchone()
+    return row[0]
+
+
+def test_dropped_connections_between_steps(saver: ColosseumSaver, pg_url: str) -> None:
+    graph = counter_graph(saver)
+    for turn in range(6):
+        graph.invoke({"total": 0, "log": []}, thread("resilient"))
+        if turn % 2 == 0:
+            assert terminate_other_backends(pg_url) >= 1
+    state = graph.get_state(thread("resilient"))
+    assert state.values["total"] == 6
+    assert state.values["log"] == [f"step{i}" for i in range(6)]
+    # Every step is there, in order, parent links intact.
+    history = list(graph.get_state_history(thread("resilient")))
+    assert len(history) == 18  # input, __start__ and inc per turn
+    for newer, older in itertools.pairwise(history):
+        assert newer.parent_config["configurable"]["checkpoint_id"] == older.config["configurable"]["checkpoint_id"]
+
+
+async def test_dropped_connections_async(asaver: AsyncColosseumSaver, pg_url: str) -> None:
+    graph = counter_graph(asaver)
+    for _turn in range(4):
+        await graph.ainvoke({"total": 0, "log": []}, thread("aresilient"))
+        await asyncio.to_thread(terminate_other_backends, pg_url)
+    state = await graph.aget_state(thread("aresilient"))
+    assert state.values["total"] == 4
+
+
+def test_single_connection_saver(pg_url: str) -> None:
+    with psycopg.connect(pg_url, autocommit=True) as conn:
+        saver = ColosseumSaver(conn)
+        graph = counter_graph(saver)
+        # Several threads share one connection; each statement stays whole.
+        errors: list[BaseException] = []
+
+        def work(i: int) -> None:
+            try:
+                for _ in range(3):
+                    graph.invoke({"total": 0, "log": []}, thread(f"conn-{i}"))
+            except BaseException as exc:  # pragma: no cover - reported below
+                errors.append(exc)
+
+        workers = [threading.Thread(target=work, args=(i,)) for i in range(4)]
+        for w in workers:
+            w.start()
+        for w in workers:
+            w.join()
+        assert not errors
+        for i in range(4):
+            assert graph.get_state(thread(f"conn-{i}")).values["total"] == 3
+
+
+async def test_single_async_connection_saver(pg_url: str) -> None:
+    async with await psycopg.AsyncConnection.connect(pg_url, autocommit=True) as conn:
+        saver = AsyncColosseumSaver(conn)
+        graph = counter_graph(saver)
+        await asyncio.gather(
+            *(graph.ainvoke({"total": 0, "log": []}, thread(f"aconn-{i}")) for i in range(8))
+        )
+        for i in range(8):
+            assert (await graph.aget_state(thread(f"aconn-{i}"))).values["total"] == 1
+
+
+async def test_async_saver_blocking_methods_from_another_thread(
+    asaver: AsyncColosseumSaver,
+) -> None:
+    graph = counter_graph(asaver)
+    await graph.ainvoke({"total": 0, "log": []}, thread("from-thread"))
+
+    def blocking_reads():
+        latest = asaver.get_tuple(thread("from-thread"))
+        listed = list(asaver.list(thread("from-thread")))
+        return latest, listed
+
+    latest, listed = await asyncio.to_thread(blocking_reads)
+    assert latest is not None and latest.checkpoint["channel_values"]["total"] == 1
+    assert next(t.checkpoint["id"] for t in listed) == latest.checkpoint["id"]
+    assert len(listed) == 3
+    # A graph run with the sync API, from a worker thread.
+    await asyncio.to_thread(graph.invoke, {"total": 0, "log": []}, thread("from-thread"))
+    assert (await graph.aget_state(thread("from-thread"))).values["total"] == 2
+    # From the loop's own thread, a blocking call would deadlock: it is refused.
+    with pytest.raises(asyncio.InvalidStateError, match="different thread"):
+        asaver.get_tuple(thread("from-thread"))
+
+
+async def test_sync_saver_async_methods(saver: ColosseumSaver) -> None:
+    graph = counter_graph(saver)
+    for _ in range(2):
+        await graph.ainvoke({"total": 0, "log": []}, thread("sync-async"))
+    state = await graph.aget_state(thread("sync-async"))
+    assert state.values["total"] == 2
+    history = [s async for s in graph.aget_state_history(thread("sync-async"))]
+    assert len(history) == 6
+
+
+async def test_concurrent_runs_share_a_pool(asaver: AsyncColosseumSaver) -> None:
+    graph = counter_graph(asaver)
+
+    async def run(i: int) -> None:
+        for _ in range(5):
+            await graph.ainvoke({"total": 0, "log": []}, thread(f"conc-{i}"))
+
+    await asyncio.gather(*(run(i) for i in range(32)))
+    for i in range(32):
+        state = await graph.aget_state(thread(f"conc-{i}"))
+        assert state.values["total"] == 5
+        assert state.values["log"] == [f"step{k}" for k in range(5)]
+
+
+class RoundTripCounter:
+    """Counts the statements a saver sends (a Transaction is one round trip)."""
+
+    def __init__(self, saver: ColosseumSaver) -> None:
+        self.requests: list[object] = []
+        original = saver._perform
+
+        def counting(request):
+            self.requests.append(request)
+            return original(request)
+
+        saver._perform = counting  # type: ignore[method-assign]
+
+    def reset(self) -> None:
+        self.requests.clear()
+
+
+def test_round_trips_are_bounded(saver: ColosseumSaver) -> None:
+    counter = RoundTripCounter(saver)
+    graph = counter_graph(saver)
+    for _ in range(30):
+        graph.invoke({"total": 0, "log": []}, thread("long"))
+    head = saver.get_tuple(thread("long"))
+    assert head is not None
+
+    counter.reset()
+    saver.get_tuple(thread("long"))
+    assert len(counter.requests) == 1
+
+    counter.reset()
+    saver.get_tuple(head.parent_config)
+    assert len(counter.requests) == 1
+
+    counter.reset()
+    history = saver.get_delta_channel_history(config=thread("long"), channels=["total", "log"])
+    assert len(counter.requests) == 1
+    assert history["total"]["seed"] == 29  # the parent's stored value ends the walk
+
+    counter.reset()
+    stored = saver.put(
+        {"configurable": {"thread_id": "long", "checkpoint_ns": "", "checkpoint_id": head.config["configurable"]["checkpoint_id"]}},
+        {**empty_checkpoint(), "channel_values": {"a": 1, "b": 2}, "channel_versions": {"a": "1", "b": "1"}},
+        {"source": "update", "step": 99},
+        {"a": "1", "b": "1"},
+    )
+    assert len(counter.requests) == 1 and isinstance(counter.requests[0], Query)
+    counter.reset()
+    saver.put_writes(stored, [("a", 1), ("b", 2), ("__error__", "boom")], "task-1", "path")
+    assert len(counter.requests) == 1
+
+    # list pages: a 90-checkpoint thread in pages of 100 is one round trip.
+    counter.reset()
+    assert len(list(saver.list(thread("long")))) == 91
+    assert len(counter.requests) == 1
+
+
+def test_list_streams_in_pages(pg_url: str) -> None:
+    with ColosseumSaver.from_conn_string(pg_url, page_size=7) as saver:
+        counter = RoundTripCounter(saver)
+        graph = counter_graph(saver)
+        for _ in range(10):
+            graph.invoke({"total": 0, "log": []}, thread("paged"))
+        counter.reset()
+        listed = saver.list(thread("paged"))
+        first = next(listed)
+        assert len(counter.requests) == 1  # only the first page was fetched
+        rest = list(listed)
+        assert len(rest) + 1 == 30
+        assert len(counter.requests) == 5  # ceil(30 / 7)
+        ids = [first.checkpoint["id"]] + [t.checkpoint["id"] for t in rest]
+        assert ids == sorted(ids, reverse=True)
+        counter.reset()
+        assert len(list(saver.list(thread("paged"), limit=10))) == 10
+        assert len(counter.requests) == 2
+
+
+def test_bad_configs_are_named(saver: ColosseumSaver) -> None:
+    with pytest.raises(InvalidConfigError, match="thread_id"):
+        saver.get_tuple({"configurable": {}})
+    with pytest.raises(InvalidConfigError, match="checkpoint_id"):
+        saver.put_writes({"configurable": {"thread_id": "t"}}, [("a", 1)], "task")
+
+
+def test_transaction_is_one_request(saver: ColosseumSaver) -> None:
+    counter = RoundTripCounter(saver)
+    saver.delete_thread("nothing-here")
+    assert len(counter.requests) == 1 and isinstance(counter.requests[0], Transaction)

@@ -1,0 +1,125 @@
+"""Migrations: numbered, idempotent, advisory-locked, safe from any connection mode."""
+
+from __future__ import annotations
+
+import subprocess
+import sys
+import textwrap
+import uuid
+from collections.abc import Iterator
+
+import psycopg
+import pytest
+from psycopg import conninfo
+
+from langgraph_colosseum import AsyncColosseumSaver, ColosseumSaver, SchemaVersionError
+from langgraph_colosseum._core import schema
+from tests.conftest import server_url
+
+
+@pytest.fixture
+def empty_db() -> Iterator[str]:
+    """A database with no colosseum tables yet."""
+    name = f"colosseum_schema_{uuid.uuid4().hex[:10]}"
+    with psycopg.connect(server_url(), autocommit=True) as admin:
+        admin.execute(f'CREATE DATABASE "{name}"')
+    try:
+        yield conninfo.make_conninfo(server_url(), dbname=name)
+    finally:
+        with psycopg.connect(server_url(), autocommit=True) as admin:
+            admin.execute(f'DROP DATABASE IF EXISTS "{name}" WITH (FORCE)')
+
+
+def tables(url: str) -> set[str]:
+    with psycopg.connect(url) as conn:
+        rows = conn.execute(
+            "SELECT tablename FROM pg_tables WHERE tablename LIKE 'colosseum_%'"
+        ).fetchall()
+    return {r[0] for r in rows}
+
+
+EXPECTED_TABLES = {
+    "colosseum_schema", "colosseum_checkpoints", "colosseum_channel_values",
+    "colosseum_writes", "colosseum_delta_histories",
+}
+
+
+def test_setup_is_idempotent(empty_db: str) -> None:
+    with ColosseumSaver.from_conn_string(empty_db) as saver:
+        assert saver.setup() == schema.LATEST_VERSION
+        assert saver.setup() == schema.LATEST_VERSION
+    assert tables(empty_db) == EXPECTED_TABLES
+
+
+@pytest.mark.parametrize("autocommit", [True, False])
+def test_setup_on_a_plain_connection(empty_db: str, autocommit: bool) -> None:
+    with psycopg.connect(empty_db, autocommit=autocommit) as conn:
+        saver = ColosseumSaver(conn)
+        assert saver.setup() == schema.LATEST_VERSION
+        # The migration committed: another connection sees the tables.
+        assert tables(empty_db) == EXPECTED_TABLES
+        config = {"configurable": {"thread_id": "t", "checkpoint_ns": ""}}
+        from langgraph.checkpoint.base import empty_checkpoint
+
+        stored = saver.put(config, empty_checkpoint(), {"source": "input", "step": -1}, {})
+        assert saver.get_tuple(stored) is not None
+    with psycopg.connect(empty_db) as other:
+        assert other.execute("SELECT count(*) FROM colosseum_checkpoints").fetchone()[0] == 1
+
+
+@pytest.mark.parametrize("autocommit", [True, False])
+async def test_async_setup_on_a_plain_connection(empty_db: str, autocommit: bool) -> None:
+    async with await psycopg.AsyncConnection.connect(empty_db, autocommit=autocommit) as conn:
+        saver = AsyncColosseumSaver(conn)
+        assert await saver.setup() == schema.LATEST_VERSION
+    assert tables(empty_db) == EXPECTED_TABLES
+
+
+def test_two_processes_set_up_at_once(empty_db: str) -> None:
+    script = textwrap.dedent(
+        f"""
+        import sys
+        from langgraph_colosseum import ColosseumSaver
+        with ColosseumSaver.from_conn_string({empty_db!r}) as saver:
+            print(saver.setup())
+        """
+    )
+    procs = [
+        subprocess.Popen([sys.executable, "-c", script], stdout=subprocess.PIPE, stderr=subprocess.PIPE)
+        for _ in range(4)
+    ]
+    outputs = [p.communicate(timeout=120) for p in procs]
+    for proc, (out, err) in zip(procs, outputs):
+        assert proc.returncode == 0, err.decode()
+        assert out.decode().strip() == str(schema.LATEST_VERSION)
+    assert tables(empty_db) == EXPECTED_TABLES
+    with psycopg.connect(empty_db) as conn:
+        versions = conn.execute("SELECT version FROM colosseum_schema ORDER BY 1").fetchall()
+    assert [v[0] for v in versions] == list(range(1, schema.LATEST_VERSION + 1))
+
+
+def test_newer_schema_is_refused(empty_db: str) -> None:
+    with ColosseumSaver.from_conn_string(empty_db) as saver:
+        saver.setup()
+        with psycopg.connect(empty_db, autocommit=True) as conn:
+            conn.execute(
+                "INSERT INTO colosseum_schema (version) VALUES (%s)", [schema.LATEST_VERSION + 1]
+            )
+        with pytest.raises(SchemaVersionError, match="newer|only knows"):
+            saver.setup()
+
+
+def test_every_primary_key_starts_with_thread_id(pg_url: str) -> None:
+    with psycopg.connect(pg_url) as conn:
+        rows = conn.execute(
+            """
+            SELECT t.relname, a.attname
+            FROM pg_index i
+            JOIN pg_class t ON t.oid = i.indrelid
+            JOIN pg_attribute a ON a.attrelid = t.oid AND a.attnum = i.indkey[0]
+            WHERE i.indisprimary AND t.relname LIKE 'colosseum_%%'
+              AND t.relname <> 'colosseum_schema'
+            """
+        ).fetchall()
+    assert len(rows) == len(EXPECTED_TABLES) - 1
+    assert {column for _, column in rows} == {"thread_id"}
