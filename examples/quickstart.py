@@ -53,23 +53,29 @@ def main() -> None:
         for question in ("What about AAPL?", "And MSFT?", "Finally NVDA?"):
             graph.invoke({"messages": [HumanMessage(question)]}, thread)
         state = graph.get_state(thread)
-        print(f"thread {thread['configurable']['thread_id']}: {len(state.values['messages'])} messages")
+        print(
+            f"thread {thread['configurable']['thread_id']}: {len(state.values['messages'])} messages"
+        )
         for message in state.values["messages"]:
             print(f"  {message.type:>5}: {message.content}")
 
         history = list(graph.get_state_history(thread))
         print(f"\n{len(history)} checkpoints, newest first:")
         for snapshot in history:
-            print(f"  step {snapshot.metadata['step']:>2}  {snapshot.metadata['source']:<6} "
-                  f"next={snapshot.next}  ticker={snapshot.values.get('ticker')}")
+            print(
+                f"  step {snapshot.metadata['step']:>2}  {snapshot.metadata['source']:<6} "
+                f"next={snapshot.next}  ticker={snapshot.values.get('ticker')}"
+            )
 
         # Time travel: go back to the checkpoint after the first answer and ask
         # something else from there. The thread forks; the old branch stays in history.
         past = next(s for s in history if s.values.get("ticker") == "AAPL" and not s.next)
         graph.invoke({"messages": [HumanMessage("Instead: TSLA?")]}, past.config)
         forked = graph.get_state(thread)
-        print(f"\nforked from step {past.metadata['step']}: "
-              f"{[m.content for m in forked.values['messages']]}")
+        print(
+            f"\nforked from step {past.metadata['step']}: "
+            f"{[m.content for m in forked.values['messages']]}"
+        )
 
         # update_state writes a correction as a new checkpoint, as if a node had.
         graph.update_state(thread, {"ticker": "TSLA (reviewed)"})

@@ -22,7 +22,9 @@ RETRIES_ON_BROKEN_CONNECTION = 2
 
 
 def is_connection_failure(exc: BaseException, conn: Any) -> bool:
-    return isinstance(exc, psycopg.OperationalError) and (conn is None or conn.broken or conn.closed)
+    return isinstance(exc, psycopg.OperationalError) and (
+        conn is None or conn.broken or conn.closed
+    )
 
 
 def perform(conn: psycopg.Connection, request: Request) -> Any:

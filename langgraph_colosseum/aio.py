@@ -95,7 +95,9 @@ class AsyncColosseumSaver(ColosseumSaverBase):
                     conn = self.conn
                     return await aperform(conn, request)
             except psycopg.OperationalError as exc:
-                retry = isinstance(self.conn, AsyncConnectionPool) and is_connection_failure(exc, conn)
+                retry = isinstance(self.conn, AsyncConnectionPool) and is_connection_failure(
+                    exc, conn
+                )
                 if not retry or attempt == RETRIES_ON_BROKEN_CONNECTION:
                     raise
                 logger.warning("Postgres connection lost (%s); retrying on a fresh one", exc)

@@ -68,16 +68,22 @@ class ValueNotStorableError(ColosseumError):
 class CorruptRowError(ColosseumError):
     """A stored row cannot be turned back into a checkpoint."""
 
-    def __init__(self, *, thread_id: str, checkpoint_ns: str, checkpoint_id: str,
-                 channel: str | None, cause: BaseException) -> None:
+    def __init__(
+        self,
+        *,
+        thread_id: str,
+        checkpoint_ns: str,
+        checkpoint_id: str,
+        channel: str | None,
+        cause: BaseException,
+    ) -> None:
         self.thread_id = thread_id
         self.checkpoint_id = checkpoint_id
         self.channel = channel
         part = f"channel {channel!r} of " if channel else ""
         ns = f", namespace {checkpoint_ns!r}" if checkpoint_ns else ""
         super().__init__(
-            f"cannot load {part}checkpoint {checkpoint_id!r} of thread {thread_id!r}{ns}: "
-            f"{cause}"
+            f"cannot load {part}checkpoint {checkpoint_id!r} of thread {thread_id!r}{ns}: {cause}"
         )
 
 

@@ -24,7 +24,9 @@ TRUNCATE = (
 
 
 def server_url() -> str:
-    return os.environ.get("COLOSSEUM_TEST_POSTGRES_URL", "postgresql://postgres@127.0.0.1:5432/test")
+    return os.environ.get(
+        "COLOSSEUM_TEST_POSTGRES_URL", "postgresql://postgres@127.0.0.1:5432/test"
+    )
 
 
 @pytest.fixture(scope="session")

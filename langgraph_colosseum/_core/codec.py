@@ -367,9 +367,18 @@ def default_registry() -> TypeRegistry:
     message_classes = [
         getattr(messages, name)
         for name in (
-            "AIMessage", "AIMessageChunk", "HumanMessage", "HumanMessageChunk",
-            "SystemMessage", "SystemMessageChunk", "ToolMessage", "ToolMessageChunk",
-            "FunctionMessage", "FunctionMessageChunk", "ChatMessage", "ChatMessageChunk",
+            "AIMessage",
+            "AIMessageChunk",
+            "HumanMessage",
+            "HumanMessageChunk",
+            "SystemMessage",
+            "SystemMessageChunk",
+            "ToolMessage",
+            "ToolMessageChunk",
+            "FunctionMessage",
+            "FunctionMessageChunk",
+            "ChatMessage",
+            "ChatMessageChunk",
             "RemoveMessage",
         )
         if hasattr(messages, name)

@@ -79,7 +79,9 @@ async def arun(op: Operation[T], perform: Callable[[Request], Awaitable[Any]]) -
         result = await perform(request)
 
 
-async def astream(op: Operation[Any], perform: Callable[[Request], Awaitable[Any]]) -> AsyncIterator[Any]:
+async def astream(
+    op: Operation[Any], perform: Callable[[Request], Awaitable[Any]]
+) -> AsyncIterator[Any]:
     result = None
     while True:
         try:

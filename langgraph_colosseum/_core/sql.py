@@ -118,8 +118,7 @@ _THREAD_TABLES = (
 )
 
 DELETE_THREADS = tuple(
-    f"DELETE FROM {table} WHERE thread_id = ANY(%(thread_ids)s::text[])"
-    for table in _THREAD_TABLES
+    f"DELETE FROM {table} WHERE thread_id = ANY(%(thread_ids)s::text[])" for table in _THREAD_TABLES
 )
 
 # Copy every row of a thread; the target keeps whatever it already had.

@@ -96,9 +96,7 @@ class CheckpointStore:
         results = yield Transaction(tuple(queries))
         version = int(results[-1][0][0])
         if version > schema.LATEST_VERSION:
-            raise SchemaVersionError(
-                database_version=version, code_version=schema.LATEST_VERSION
-            )
+            raise SchemaVersionError(database_version=version, code_version=schema.LATEST_VERSION)
         return version
 
     # ------------------------------------------------------------ reads
@@ -151,7 +149,9 @@ class CheckpointStore:
             page_params = {**params, "page_size": page_size}
             if cursor is not None:
                 page_where.append(sql.LIST_WHERE_CURSOR)
-                page_params.update(cursor_id=cursor[0], cursor_thread=cursor[1], cursor_ns=cursor[2])
+                page_params.update(
+                    cursor_id=cursor[0], cursor_thread=cursor[1], cursor_ns=cursor[2]
+                )
             query = sql.LIST_PAGE.format(where=" AND ".join(page_where) or "true")
             rows = yield Query(query, page_params)
             for row in rows:
@@ -240,8 +240,12 @@ class CheckpointStore:
             "checkpoint_id": checkpoint_id,
             "parent_checkpoint_id": get_checkpoint_id(config),
             "run_id": _text_or_none(full_metadata.get("run_id")),
-            "checkpoint": self._json(document, Where(thread_id, checkpoint_ns, checkpoint_id, "<checkpoint>")),
-            "metadata": self._json(full_metadata, Where(thread_id, checkpoint_ns, checkpoint_id, "<metadata>")),
+            "checkpoint": self._json(
+                document, Where(thread_id, checkpoint_ns, checkpoint_id, "<checkpoint>")
+            ),
+            "metadata": self._json(
+                full_metadata, Where(thread_id, checkpoint_ns, checkpoint_id, "<metadata>")
+            ),
             "channels": list(new_versions),
             "versions": [str(v) for v in new_versions.values()],
             **columns(stored),
@@ -357,12 +361,18 @@ class CheckpointStore:
             histories = yield from self.delta_history(config, channels)
             for channel, history in histories.items():
                 queries.append(
-                    self._frozen_history_insert(thread_id, checkpoint_ns, checkpoint_id, channel, history)
+                    self._frozen_history_insert(
+                        thread_id, checkpoint_ns, checkpoint_id, channel, history
+                    )
                 )
         return queries
 
     def _frozen_history_insert(
-        self, thread_id: str, checkpoint_ns: str, checkpoint_id: str, channel: str,
+        self,
+        thread_id: str,
+        checkpoint_ns: str,
+        checkpoint_id: str,
+        channel: str,
         history: DeltaChannelHistory,
     ) -> Query:
         where = Where(thread_id, checkpoint_ns, checkpoint_id, channel)
@@ -391,28 +401,61 @@ class CheckpointStore:
     # ------------------------------------------------------------ rows
 
     def tuple_from_row(self, row: tuple) -> CheckpointTuple:
-        (thread_id, checkpoint_ns, checkpoint_id, parent_id, checkpoint_json, metadata_json,
-         v_channels, v_encodings, v_jsons, v_datas, v_types,
-         w_task_ids, w_idxs, w_task_paths, w_channels, w_encodings, w_jsons, w_datas, w_types) = row
+        (
+            thread_id,
+            checkpoint_ns,
+            checkpoint_id,
+            parent_id,
+            checkpoint_json,
+            metadata_json,
+            v_channels,
+            v_encodings,
+            v_jsons,
+            v_datas,
+            v_types,
+            w_task_ids,
+            w_idxs,
+            w_task_paths,
+            w_channels,
+            w_encodings,
+            w_jsons,
+            w_datas,
+            w_types,
+        ) = row
         try:
             document = self.codec.load_json(checkpoint_json)
             metadata = self.codec.load_json(metadata_json)
         except CodecError as exc:
             raise CorruptRowError(
-                thread_id=thread_id, checkpoint_ns=checkpoint_ns, checkpoint_id=checkpoint_id,
-                channel=None, cause=exc,
+                thread_id=thread_id,
+                checkpoint_ns=checkpoint_ns,
+                checkpoint_id=checkpoint_id,
+                channel=None,
+                cause=exc,
             ) from exc
         channel_values = {}
         for i, channel in enumerate(v_channels or ()):
             channel_values[channel] = self._load(
-                thread_id, checkpoint_ns, checkpoint_id, channel,
-                v_encodings[i], v_jsons[i], v_datas[i], v_types[i],
+                thread_id,
+                checkpoint_ns,
+                checkpoint_id,
+                channel,
+                v_encodings[i],
+                v_jsons[i],
+                v_datas[i],
+                v_types[i],
             )
         pending: list[tuple[tuple[str, str, int], PendingWrite]] = []
         for i, channel in enumerate(w_channels or ()):
             value = self._load(
-                thread_id, checkpoint_ns, checkpoint_id, channel,
-                w_encodings[i], w_jsons[i], w_datas[i], w_types[i],
+                thread_id,
+                checkpoint_ns,
+                checkpoint_id,
+                channel,
+                w_encodings[i],
+                w_jsons[i],
+                w_datas[i],
+                w_types[i],
             )
             key = writes_sort_key(w_task_paths[i], w_task_ids[i], w_idxs[i])
             pending.append((key, (w_task_ids[i], channel, value)))
@@ -428,14 +471,26 @@ class CheckpointStore:
             pending_writes=[write for _, write in pending],
         )
 
-    def _load(self, thread_id: str, checkpoint_ns: str, checkpoint_id: str, channel: str,
-              encoding: str, json: str | None, data: bytes | None, type_: str | None) -> Any:
+    def _load(
+        self,
+        thread_id: str,
+        checkpoint_ns: str,
+        checkpoint_id: str,
+        channel: str,
+        encoding: str,
+        json: str | None,
+        data: bytes | None,
+        type_: str | None,
+    ) -> Any:
         try:
             return self.codec.load(encoding, json, data, type_)
         except Exception as exc:
             raise CorruptRowError(
-                thread_id=thread_id, checkpoint_ns=checkpoint_ns, checkpoint_id=checkpoint_id,
-                channel=channel, cause=exc,
+                thread_id=thread_id,
+                checkpoint_ns=checkpoint_ns,
+                checkpoint_id=checkpoint_id,
+                channel=channel,
+                cause=exc,
             ) from exc
 
     def _json(self, value: Any, where: Where) -> str:
@@ -443,9 +498,12 @@ class CheckpointStore:
             return self.codec.dump_json(value)
         except CodecError as exc:
             raise ValueNotStorableError(
-                thread_id=where.thread_id, checkpoint_ns=where.checkpoint_ns,
-                checkpoint_id=where.checkpoint_id, channel=where.channel,
-                path=getattr(exc, "path", "$"), cause=exc,
+                thread_id=where.thread_id,
+                checkpoint_ns=where.checkpoint_ns,
+                checkpoint_id=where.checkpoint_id,
+                channel=where.channel,
+                path=getattr(exc, "path", "$"),
+                cause=exc,
             ) from exc
 
 

@@ -9,8 +9,14 @@ from langgraph_colosseum import AsyncColosseumSaver
 from tests.conftest import truncate
 
 ALL_CAPABILITIES = {
-    "put", "put_writes", "get_tuple", "list",
-    "delete_thread", "delete_for_runs", "copy_thread", "prune",
+    "put",
+    "put_writes",
+    "get_tuple",
+    "list",
+    "delete_thread",
+    "delete_for_runs",
+    "copy_thread",
+    "prune",
 }
 
 
@@ -22,9 +28,7 @@ async def test_conformance_all_capabilities(pg_url: str) -> None:
             yield saver
 
     report = await validate(factory, progress=ProgressCallbacks.verbose())
-    failures = {
-        name: result.failures for name, result in report.results.items() if result.failures
-    }
+    failures = {name: result.failures for name, result in report.results.items() if result.failures}
     assert not failures, failures
     detected = {name for name, result in report.results.items() if result.detected}
     assert detected == ALL_CAPABILITIES

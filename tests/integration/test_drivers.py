@@ -60,7 +60,10 @@ def test_dropped_connections_between_steps(saver: ColosseumSaver, pg_url: str) -
     history = list(graph.get_state_history(thread("resilient")))
     assert len(history) == 18  # input, __start__ and inc per turn
     for newer, older in itertools.pairwise(history):
-        assert newer.parent_config["configurable"]["checkpoint_id"] == older.config["configurable"]["checkpoint_id"]
+        assert (
+            newer.parent_config["configurable"]["checkpoint_id"]
+            == older.config["configurable"]["checkpoint_id"]
+        )
 
 
 async def test_dropped_connections_async(asaver: AsyncColosseumSaver, pg_url: str) -> None:
@@ -194,8 +197,18 @@ def test_round_trips_are_bounded(saver: ColosseumSaver) -> None:
 
     counter.reset()
     stored = saver.put(
-        {"configurable": {"thread_id": "long", "checkpoint_ns": "", "checkpoint_id": head.config["configurable"]["checkpoint_id"]}},
-        {**empty_checkpoint(), "channel_values": {"a": 1, "b": 2}, "channel_versions": {"a": "1", "b": "1"}},
+        {
+            "configurable": {
+                "thread_id": "long",
+                "checkpoint_ns": "",
+                "checkpoint_id": head.config["configurable"]["checkpoint_id"],
+            }
+        },
+        {
+            **empty_checkpoint(),
+            "channel_values": {"a": 1, "b": 2},
+            "channel_versions": {"a": "1", "b": "1"},
+        },
         {"source": "update", "step": 99},
         {"a": "1", "b": "1"},
     )

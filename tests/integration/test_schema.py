@@ -39,8 +39,11 @@ def tables(url: str) -> set[str]:
 
 
 EXPECTED_TABLES = {
-    "colosseum_schema", "colosseum_checkpoints", "colosseum_channel_values",
-    "colosseum_writes", "colosseum_delta_histories",
+    "colosseum_schema",
+    "colosseum_checkpoints",
+    "colosseum_channel_values",
+    "colosseum_writes",
+    "colosseum_delta_histories",
 }
 
 
@@ -85,7 +88,9 @@ def test_two_processes_set_up_at_once(empty_db: str) -> None:
         """
     )
     procs = [
-        subprocess.Popen([sys.executable, "-c", script], stdout=subprocess.PIPE, stderr=subprocess.PIPE)
+        subprocess.Popen(
+            [sys.executable, "-c", script], stdout=subprocess.PIPE, stderr=subprocess.PIPE
+        )
         for _ in range(4)
     ]
     outputs = [p.communicate(timeout=120) for p in procs]
