@@ -17,6 +17,10 @@ Invariants (each kept by the function named, checked by tests/unit/test_codec.py
   not registered (`_revive_class`).
 * A plain dict whose keys include ``"$t"`` is written in the pair-list form, so
   user data can never be mistaken for a tag.
+
+Paths ("$.messages[3].content") are not built while encoding, which would cost
+more than the encoding itself: a failure carries path segments up the stack,
+each container adding its own (`_PathError`).
 """
 
 from __future__ import annotations
@@ -43,7 +47,7 @@ _INT64_MIN, _INT64_MAX = -(2**63), 2**63 - 1
 # point ("1e16" → 10000000000000000) and would come back as an int.
 _FLOAT_EXACT_LIMIT = 1e15
 
-try:  # pydantic is a dependency of langchain-core, but keep the codec importable alone
+try:  # pydantic comes with langchain-core, but keep the codec importable alone
     from pydantic import BaseModel as _PydanticModel
 except ImportError:  # pragma: no cover
     _PydanticModel = None  # type: ignore[assignment,misc]
@@ -52,6 +56,22 @@ except ImportError:  # pragma: no cover
 def class_name(cls: type) -> str:
     """The registry name of a class: ``module:qualname``."""
     return f"{cls.__module__}:{cls.__qualname__}"
+
+
+class _PathError(Exception):
+    """An encode/decode failure on its way up; containers prepend their segment."""
+
+    def __init__(self, error_type: type[CodecError], message: str) -> None:
+        self.error_type = error_type
+        self.message = message
+        self.segments: list[str] = []
+
+    def at(self, segment: str) -> _PathError:
+        self.segments.append(segment)
+        return self
+
+    def public(self) -> CodecError:
+        return self.error_type(self.message, path="$" + "".join(reversed(self.segments)))
 
 
 class TypeRegistry:
@@ -71,6 +91,7 @@ class TypeRegistry:
 
     def __init__(self, classes: Iterable[type] = ()) -> None:
         self._by_name: dict[str, type] = {}
+        self._names: dict[type, str] = {}
         for cls in classes:
             self.register(cls)
 
@@ -85,43 +106,56 @@ class TypeRegistry:
                 "NamedTuple; the codec cannot store it as jsonb (serde will)."
             )
         self._by_name[class_name(cls)] = cls
+        self._names[cls] = class_name(cls)
         return cls
 
     def __contains__(self, cls: type) -> bool:
-        return self._by_name.get(class_name(cls)) is cls
+        return cls in self._names
 
-    def lookup(self, name: Any, path: str) -> type:
+    def name_of(self, cls: type) -> str | None:
+        return self._names.get(cls)
+
+    def lookup(self, name: Any) -> type:
         cls = self._by_name.get(name) if isinstance(name, str) else None
         if cls is None:
-            raise UntrustedTypeError(
+            raise _PathError(
+                UntrustedTypeError,
                 f"type tag names {name!r}, which is not on the allowlist; nothing was "
                 "imported or constructed",
-                path=path,
             )
         return cls
 
     def copy(self) -> TypeRegistry:
         clone = TypeRegistry()
         clone._by_name = dict(self._by_name)
+        clone._names = dict(self._names)
         return clone
 
     def encode(self, value: Any) -> Any:
         """Encode `value` to JSON-compatible data (see module docstring)."""
-        return _encode(value, self, "$")
+        try:
+            return _encode(value, self)
+        except _PathError as failure:
+            raise failure.public() from None
 
     def decode(self, data: Any) -> Any:
         """Decode data produced by `encode` (or read back from jsonb)."""
-        return _decode(data, self, "$")
+        try:
+            return _decode(data, self)
+        except _PathError as failure:
+            raise failure.public() from None
 
 
 def _kind_of_class(cls: type) -> str | None:
-    if _PydanticModel is not None and isinstance(cls, type) and issubclass(cls, _PydanticModel):
+    if not isinstance(cls, type):
+        return None
+    if _PydanticModel is not None and issubclass(cls, _PydanticModel):
         return "model"
-    if isinstance(cls, type) and issubclass(cls, enum.Enum):
+    if issubclass(cls, enum.Enum):
         return "enum"
-    if isinstance(cls, type) and issubclass(cls, tuple) and hasattr(cls, "_fields"):
+    if issubclass(cls, tuple) and hasattr(cls, "_fields"):
         return "namedtuple"
-    if dataclasses.is_dataclass(cls) and isinstance(cls, type):
+    if dataclasses.is_dataclass(cls):
         return "dataclass"
     if cls.__module__ == "langgraph.types" and cls.__qualname__ == "Send":
         return "send"
@@ -131,62 +165,37 @@ def _kind_of_class(cls: type) -> str | None:
 # --------------------------------------------------------------------- encode
 
 
-def _encode(value: Any, registry: TypeRegistry, path: str) -> Any:
-    t = type(value)
-    if value is None or t is bool:
-        return value
-    if t is str:
-        return _encode_str(value, path)
-    if t is int:
-        if _INT64_MIN <= value <= _INT64_MAX:
-            return value
-        return {TAG: "int", "v": str(value)}
-    if t is float:
-        return _encode_float(value)
-    if t is list:
-        return [_encode(item, registry, f"{path}[{i}]") for i, item in enumerate(value)]
-    if t is dict:
-        return _encode_dict(value, registry, path)
-    if t is tuple:
-        return {TAG: "tuple", "v": _encode_items(value, registry, path)}
-    if t is set or t is frozenset:
-        # Sorted where possible so equal sets give equal jsonb.
-        items = list(value)
-        try:
-            items.sort()
-        except TypeError:
-            pass
-        return {TAG: t.__name__, "v": _encode_items(items, registry, path)}
-    if t is bytes or t is bytearray:
-        return {TAG: t.__name__, "v": base64.b64encode(value).decode("ascii")}
-    if t is dt.datetime:
-        out = {TAG: "datetime", "v": value.isoformat()}
-        zone = getattr(value.tzinfo, "key", None)  # zoneinfo.ZoneInfo keeps its name
-        if zone:
-            out["tz"] = zone
-        return out
-    if t is dt.date:
-        return {TAG: "date", "v": value.isoformat()}
-    if t is dt.time:
-        return {TAG: "time", "v": value.isoformat()}
-    if t is dt.timedelta:
-        return {TAG: "timedelta", "v": [value.days, value.seconds, value.microseconds]}
-    if t is uuid.UUID:
-        return {TAG: "uuid", "v": str(value)}
-    if t is Decimal:
-        return {TAG: "decimal", "v": str(value)}
-    return _encode_object(value, registry, path)
+def _encode(value: Any, registry: TypeRegistry) -> Any:
+    encoder = _ENCODERS.get(type(value))
+    if encoder is not None:
+        return encoder(value, registry)
+    return _encode_object(value, registry)
 
 
-def _encode_str(value: str, path: str) -> Any:
+def _encode_str(value: str) -> Any:
+    if value.isascii():  # the common case, checked at C speed
+        return value if "\x00" not in value else _encode_nul(value)
     if "\x00" in value:
-        return {TAG: "nul", "v": [_encode_str(p, path) for p in value.split("\x00")]}
+        return _encode_nul(value)
     try:
         value.encode("utf-8")
     except UnicodeEncodeError:  # unpaired surrogates: not valid UTF-8, not valid jsonb
         raw = value.encode("utf-8", "surrogatepass")
         return {TAG: "str", "v": base64.b64encode(raw).decode("ascii")}
     return value
+
+
+def _encode_nul(value: str) -> Any:
+    return {TAG: "nul", "v": [_encode_str(part) for part in value.split("\x00")]}
+
+
+def _encode_int(value: int) -> Any:
+    if _INT64_MIN <= value <= _INT64_MAX:
+        return value
+    try:
+        return {TAG: "int", "v": str(value)}
+    except ValueError:  # beyond sys.get_int_max_str_digits(): hex has no limit
+        return {TAG: "int", "v": hex(value)}
 
 
 def _encode_float(value: float) -> Any:
@@ -196,162 +205,248 @@ def _encode_float(value: float) -> Any:
     return {TAG: "float", "v": repr(value)}
 
 
-def _encode_items(items: Iterable[Any], registry: TypeRegistry, path: str) -> list[Any]:
-    return [_encode(item, registry, f"{path}[{i}]") for i, item in enumerate(items)]
+def _encode_items(items: Iterable[Any], registry: TypeRegistry) -> list[Any]:
+    encoded = []
+    for item in items:
+        try:
+            encoded.append(_encode(item, registry))
+        except _PathError as failure:
+            raise failure.at(f"[{len(encoded)}]") from None
+    return encoded
+
+
+def _encode_set(value: set | frozenset, registry: TypeRegistry) -> Any:
+    # Sorted where possible so equal sets give equal jsonb.
+    items = list(value)
+    try:
+        items.sort()
+    except Exception:  # unorderable members (TypeError), Decimal NaN (InvalidOperation)
+        pass
+    return {TAG: type(value).__name__, "v": _encode_items(items, registry)}
+
+
+def _encode_datetime(value: dt.datetime) -> Any:
+    zone = getattr(value.tzinfo, "key", None)  # zoneinfo.ZoneInfo keeps its name
+    if not zone:
+        return {TAG: "datetime", "v": value.isoformat()}
+    # The wall time, the zone's name and the fold: exactly the object, even for
+    # wall times a DST change skips or repeats.
+    return {
+        TAG: "datetime",
+        "v": value.replace(tzinfo=None).isoformat(),
+        "tz": zone,
+        "fold": value.fold,
+    }
 
 
 def _is_plain_key(key: Any) -> bool:
-    return type(key) is str and key != TAG and "\x00" not in key and _encode_str(key, "") is key
+    return type(key) is str and key != TAG and _encode_str(key) is key
 
 
-def _encode_dict(value: dict, registry: TypeRegistry, path: str) -> Any:
+def _encode_fields(fields: dict[str, Any], registry: TypeRegistry, prefix: str = ".") -> dict:
+    """A dict whose keys are known to be plain (attribute names, plain dict keys)."""
+    out = {}
+    for key, value in fields.items():
+        # Inline the values that are their own encoding: most of a message's
+        # fields, and a function call per field would double the cost.
+        t = type(value)
+        if value is None or t is bool or (t is str and value.isascii() and "\x00" not in value):
+            out[key] = value
+            continue
+        try:
+            out[key] = _encode(value, registry)
+        except _PathError as failure:
+            raise failure.at(f"{prefix}{key}") from None
+    return out
+
+
+def _encode_dict(value: dict, registry: TypeRegistry) -> Any:
     if all(_is_plain_key(k) for k in value):
-        return {k: _encode(v, registry, f"{path}.{k}") for k, v in value.items()}
-    return {
-        TAG: "dict",
-        "v": [
-            [_encode(k, registry, f"{path}<key>"), _encode(v, registry, f"{path}[{k!r}]")]
-            for k, v in value.items()
-        ],
-    }
+        return _encode_fields(value, registry)
+    pairs = []
+    for key, item in value.items():
+        try:
+            pairs.append([_encode(key, registry), _encode(item, registry)])
+        except _PathError as failure:
+            raise failure.at(f"[{key!r}]") from None
+    return {TAG: "dict", "v": pairs}
 
 
-def _encode_object(value: Any, registry: TypeRegistry, path: str) -> Any:
+def _encode_object(value: Any, registry: TypeRegistry) -> Any:
     cls = type(value)
-    kind = _kind_of_class(cls)
-    if kind is None or cls not in registry:
-        raise UnsupportedValueError(
-            f"the typed codec cannot store a {class_name(cls)} (not registered)", path=path
+    name = registry.name_of(cls)
+    if name is None:
+        raise _PathError(
+            UnsupportedValueError,
+            f"the typed codec cannot store a {class_name(cls)} (not registered)",
         )
-    name = class_name(cls)
-    if kind == "enum":
-        return {TAG: "enum", "cls": name, "v": _encode(value.value, registry, f"{path}.value")}
-    if kind == "namedtuple":
-        return {TAG: "namedtuple", "cls": name, "v": _encode_items(value, registry, path)}
-    if kind == "send":
-        return {
-            TAG: "send",
-            "cls": name,
-            "v": _encode(
-                {"node": value.node, "arg": value.arg, "timeout": value.timeout}, registry, path
-            ),
-        }
+    kind = _kind_of_class(cls)
     if kind == "model":
-        fields = {k: _encode(v, registry, f"{path}.{k}") for k, v in value.__dict__.items()}
-        out: dict[str, Any] = {TAG: "model", "cls": name, "v": fields}
+        out: dict[str, Any] = {
+            TAG: "model",
+            "cls": name,
+            "v": _encode_fields(value.__dict__, registry),
+        }
         fields_set = value.__pydantic_fields_set__
-        if fields_set != set(value.__dict__):
+        if fields_set != value.__dict__.keys():
             out["set"] = sorted(fields_set)
-        extra = value.__pydantic_extra__
-        if extra:
-            out["extra"] = _encode_dict(extra, registry, f"{path}<extra>")
+        if extra := value.__pydantic_extra__:
+            out["extra"] = _encode_dict(extra, registry)
         return out
-    # dataclass: every field, including init=False ones, is restored as it is now.
-    fields = {
-        f.name: _encode(getattr(value, f.name), registry, f"{path}.{f.name}")
-        for f in dataclasses.fields(value)
-    }
-    return {TAG: "dataclass", "cls": name, "v": fields}
+    if kind == "dataclass":
+        # Every field, init=False ones included, restored as it is now.
+        fields = {f.name: getattr(value, f.name) for f in dataclasses.fields(value)}
+        return {TAG: "dataclass", "cls": name, "v": _encode_fields(fields, registry)}
+    if kind == "enum":
+        return {TAG: "enum", "cls": name, "v": _encode(value.value, registry)}
+    if kind == "namedtuple":
+        return {TAG: "namedtuple", "cls": name, "v": _encode_items(value, registry)}
+    fields = {"node": value.node, "arg": value.arg, "timeout": value.timeout}  # Send
+    return {TAG: "send", "cls": name, "v": _encode_fields(fields, registry)}
+
+
+def _b64(value: bytes | bytearray) -> str:
+    return base64.b64encode(value).decode("ascii")
+
+
+_ENCODERS: dict[type, Callable[[Any, TypeRegistry], Any]] = {
+    type(None): lambda v, r: v,
+    bool: lambda v, r: v,
+    str: lambda v, r: _encode_str(v),
+    int: lambda v, r: _encode_int(v),
+    float: lambda v, r: _encode_float(v),
+    list: _encode_items,
+    dict: _encode_dict,
+    tuple: lambda v, r: {TAG: "tuple", "v": _encode_items(v, r)},
+    set: _encode_set,
+    frozenset: _encode_set,
+    bytes: lambda v, r: {TAG: "bytes", "v": _b64(v)},
+    bytearray: lambda v, r: {TAG: "bytearray", "v": _b64(v)},
+    dt.datetime: lambda v, r: _encode_datetime(v),
+    dt.date: lambda v, r: {TAG: "date", "v": v.isoformat()},
+    dt.time: lambda v, r: {TAG: "time", "v": v.isoformat()},
+    dt.timedelta: lambda v, r: {TAG: "timedelta", "v": [v.days, v.seconds, v.microseconds]},
+    uuid.UUID: lambda v, r: {TAG: "uuid", "v": str(v)},
+    Decimal: lambda v, r: {TAG: "decimal", "v": str(v)},
+}
+"""Exact types written without the registry; subclasses go to `_encode_object`."""
 
 
 # --------------------------------------------------------------------- decode
 
 
-def _decode(data: Any, registry: TypeRegistry, path: str) -> Any:
+def _decode(data: Any, registry: TypeRegistry) -> Any:
     t = type(data)
     if t is list:
-        return [_decode(item, registry, f"{path}[{i}]") for i, item in enumerate(data)]
+        return _decode_items(data, registry)
     if t is dict:
         tag = data.get(TAG)
         if tag is None:
-            return {k: _decode(v, registry, f"{path}.{k}") for k, v in data.items()}
+            return _decode_fields(data, registry)
         decoder = _DECODERS.get(tag) if isinstance(tag, str) else None
         if decoder is None:
-            raise CodecError(f"unknown type tag {tag!r}", path=path)
+            raise _PathError(CodecError, f"unknown type tag {tag!r}")
         try:
-            return decoder(data, registry, path)
-        except CodecError:
+            return decoder(data, registry)
+        except _PathError:
             raise
-        except Exception as exc:  # malformed payload of a known tag
-            raise CodecError(f"malformed {tag!r} value: {exc}", path=path) from exc
+        except Exception as exc:  # a known tag with a malformed payload
+            raise _PathError(CodecError, f"malformed {tag!r} value: {exc}") from exc
     return data
 
 
-def _items(data: dict, registry: TypeRegistry, path: str) -> list[Any]:
+def _decode_items(items: list, registry: TypeRegistry) -> list:
+    decoded = []
+    for item in items:
+        try:
+            decoded.append(_decode(item, registry))
+        except _PathError as failure:
+            raise failure.at(f"[{len(decoded)}]") from None
+    return decoded
+
+
+def _decode_fields(data: dict, registry: TypeRegistry) -> dict:
+    out = {}
+    for key, value in data.items():
+        try:
+            out[key] = _decode(value, registry)
+        except _PathError as failure:
+            raise failure.at(f".{key}") from None
+    return out
+
+
+def _payload_items(data: dict, registry: TypeRegistry) -> list:
     payload = data["v"]
     if type(payload) is not list:
-        raise CodecError("expected a list payload", path=path)
-    return [_decode(item, registry, f"{path}[{i}]") for i, item in enumerate(payload)]
+        raise _PathError(CodecError, f"expected a list payload in {data.get(TAG)!r}")
+    return _decode_items(payload, registry)
 
 
-def _decode_datetime(data: dict, registry: TypeRegistry, path: str) -> dt.datetime:
+def _decode_datetime(data: dict, registry: TypeRegistry) -> dt.datetime:
     value = dt.datetime.fromisoformat(data["v"])
     if zone := data.get("tz"):
         from zoneinfo import ZoneInfo
 
-        value = value.astimezone(ZoneInfo(zone))
+        value = value.replace(tzinfo=ZoneInfo(zone), fold=data.get("fold", 0))
     return value
 
 
-def _decode_dict(data: dict, registry: TypeRegistry, path: str) -> dict:
-    return {
-        _decode(k, registry, f"{path}<key>"): _decode(v, registry, f"{path}[{i}]")
-        for i, (k, v) in enumerate(data["v"])
-    }
+def _decode_dict(data: dict, registry: TypeRegistry) -> dict:
+    return dict(_payload_items(data, registry))
 
 
-def _revive_class(data: dict, registry: TypeRegistry, path: str, kind: str) -> type:
-    cls = registry.lookup(data.get("cls"), path)
+def _revive_class(data: dict, registry: TypeRegistry, kind: str) -> type:
+    cls = registry.lookup(data.get("cls"))
     if _kind_of_class(cls) != kind:
-        raise CodecError(f"{data.get('cls')!r} is not a {kind}", path=path)
+        raise _PathError(CodecError, f"{data.get('cls')!r} is not a {kind}")
     return cls
 
 
-def _decode_model(data: dict, registry: TypeRegistry, path: str) -> Any:
-    cls = _revive_class(data, registry, path, "model")
-    fields = {k: _decode(v, registry, f"{path}.{k}") for k, v in data["v"].items()}
+def _decode_model(data: dict, registry: TypeRegistry) -> Any:
+    cls = _revive_class(data, registry, "model")
+    fields = _decode_fields(data["v"], registry)
     fields_set = set(data["set"]) if "set" in data else set(fields)
     obj = cls.model_construct(_fields_set=fields_set, **fields)
     if "extra" in data:
-        obj.__pydantic_extra__ = _decode(data["extra"], registry, f"{path}<extra>")
+        obj.__pydantic_extra__ = _decode(data["extra"], registry)
     return obj
 
 
-def _decode_dataclass(data: dict, registry: TypeRegistry, path: str) -> Any:
-    cls = _revive_class(data, registry, path, "dataclass")
+def _decode_dataclass(data: dict, registry: TypeRegistry) -> Any:
+    cls = _revive_class(data, registry, "dataclass")
     # Restore state without running __init__/__post_init__: the stored fields are
     # the object as it was, and re-running initialisers could change them.
     obj = object.__new__(cls)
-    for name, raw in data["v"].items():
-        object.__setattr__(obj, name, _decode(raw, registry, f"{path}.{name}"))
+    for name, value in _decode_fields(data["v"], registry).items():
+        object.__setattr__(obj, name, value)
     return obj
 
 
-def _decode_send(data: dict, registry: TypeRegistry, path: str) -> Any:
-    cls = _revive_class(data, registry, path, "send")
-    fields = _decode(data["v"], registry, path)
+def _decode_send(data: dict, registry: TypeRegistry) -> Any:
+    cls = _revive_class(data, registry, "send")
+    fields = _decode_fields(data["v"], registry)
     return cls(fields["node"], fields["arg"], timeout=fields["timeout"])
 
 
-_DECODERS: dict[str, Callable[[dict, TypeRegistry, str], Any]] = {
-    "int": lambda d, r, p: int(d["v"]),
-    "float": lambda d, r, p: float(d["v"]),
-    "nul": lambda d, r, p: "\x00".join(_items(d, r, p)),
-    "str": lambda d, r, p: base64.b64decode(d["v"]).decode("utf-8", "surrogatepass"),
+_DECODERS: dict[str, Callable[[dict, TypeRegistry], Any]] = {
+    "int": lambda d, r: int(d["v"], 16 if "x" in d["v"] else 10),
+    "float": lambda d, r: float(d["v"]),
+    "nul": lambda d, r: "\x00".join(_payload_items(d, r)),
+    "str": lambda d, r: base64.b64decode(d["v"]).decode("utf-8", "surrogatepass"),
     "dict": _decode_dict,
-    "tuple": lambda d, r, p: tuple(_items(d, r, p)),
-    "set": lambda d, r, p: set(_items(d, r, p)),
-    "frozenset": lambda d, r, p: frozenset(_items(d, r, p)),
-    "bytes": lambda d, r, p: base64.b64decode(d["v"]),
-    "bytearray": lambda d, r, p: bytearray(base64.b64decode(d["v"])),
+    "tuple": lambda d, r: tuple(_payload_items(d, r)),
+    "set": lambda d, r: set(_payload_items(d, r)),
+    "frozenset": lambda d, r: frozenset(_payload_items(d, r)),
+    "bytes": lambda d, r: base64.b64decode(d["v"]),
+    "bytearray": lambda d, r: bytearray(base64.b64decode(d["v"])),
     "datetime": _decode_datetime,
-    "date": lambda d, r, p: dt.date.fromisoformat(d["v"]),
-    "time": lambda d, r, p: dt.time.fromisoformat(d["v"]),
-    "timedelta": lambda d, r, p: dt.timedelta(*d["v"]),
-    "uuid": lambda d, r, p: uuid.UUID(d["v"]),
-    "decimal": lambda d, r, p: Decimal(d["v"]),
-    "enum": lambda d, r, p: _revive_class(d, r, p, "enum")(_decode(d["v"], r, p)),
-    "namedtuple": lambda d, r, p: _revive_class(d, r, p, "namedtuple")(*_items(d, r, p)),
+    "date": lambda d, r: dt.date.fromisoformat(d["v"]),
+    "time": lambda d, r: dt.time.fromisoformat(d["v"]),
+    "timedelta": lambda d, r: dt.timedelta(*d["v"]),
+    "uuid": lambda d, r: uuid.UUID(d["v"]),
+    "decimal": lambda d, r: Decimal(d["v"]),
+    "enum": lambda d, r: _revive_class(d, r, "enum")(_decode(d["v"], r)),
+    "namedtuple": lambda d, r: _revive_class(d, r, "namedtuple")(*_payload_items(d, r)),
     "model": _decode_model,
     "dataclass": _decode_dataclass,
     "send": _decode_send,

@@ -2,7 +2,9 @@
 
 Parameters are named (``%(thread_id)s``). Values travel as jsonb text cast in
 SQL (``::jsonb``), so no per-connection adapter setup is needed and a
-user-supplied connection or pool works as it is.
+user-supplied connection or pool works as it is. Arrays go in binary format
+(``%(x)b``): in text format every quote of a JSON document would be escaped and
+unescaped, which costs three times the jsonb parse itself.
 """
 
 from __future__ import annotations
@@ -68,8 +70,9 @@ LIST_WHERE_CURSOR = (
     "(c.checkpoint_id, c.thread_id, c.checkpoint_ns) "
     "< (%(cursor_id)s, %(cursor_thread)s, %(cursor_ns)s)"
 )
-# Exact jsonb equality per key, which is InMemorySaver's `==` per key.
-LIST_WHERE_METADATA = "(c.metadata -> %(mk{i})s) = %(mv{i})s::jsonb"
+# Exact jsonb equality per key, which is InMemorySaver's
+# `query_value == metadata.get(key)`: a missing key equals a None filter value.
+LIST_WHERE_METADATA = "coalesce(c.metadata -> %(mk{i})s, 'null'::jsonb) = %(mv{i})s::jsonb"
 
 PUT = """
 WITH new_values AS (
@@ -77,8 +80,8 @@ WITH new_values AS (
         (thread_id, checkpoint_ns, channel, version, encoding, value, value_bytes, value_type)
     SELECT %(thread_id)s, %(checkpoint_ns)s, u.channel, u.version, u.encoding,
            u.value::jsonb, u.value_bytes, u.value_type
-    FROM unnest(%(channels)s::text[], %(versions)s::text[], %(encodings)s::text[],
-                %(jsons)s::text[], %(datas)s::bytea[], %(types)s::text[])
+    FROM unnest(%(channels)b::text[], %(versions)b::text[], %(encodings)b::text[],
+                %(jsons)b::text[], %(datas)b::bytea[], %(types)b::text[])
          AS u(channel, version, encoding, value, value_bytes, value_type)
     ON CONFLICT (thread_id, checkpoint_ns, channel, version) DO NOTHING
 )
@@ -100,8 +103,8 @@ INSERT INTO colosseum_writes
      encoding, value, value_bytes, value_type)
 SELECT %(thread_id)s, %(checkpoint_ns)s, %(checkpoint_id)s, %(task_id)s, u.idx,
        %(task_path)s, u.channel, u.encoding, u.value::jsonb, u.value_bytes, u.value_type
-FROM unnest(%(idxs)s::int[], %(channels)s::text[], %(encodings)s::text[],
-            %(jsons)s::text[], %(datas)s::bytea[], %(types)s::text[])
+FROM unnest(%(idxs)b::int[], %(channels)b::text[], %(encodings)b::text[],
+            %(jsons)b::text[], %(datas)b::bytea[], %(types)b::text[])
      AS u(idx, channel, encoding, value, value_bytes, value_type)
 ON CONFLICT (thread_id, checkpoint_ns, checkpoint_id, task_id, idx)
 DO UPDATE SET channel = EXCLUDED.channel, task_path = EXCLUDED.task_path,
@@ -118,7 +121,7 @@ _THREAD_TABLES = (
 )
 
 DELETE_THREADS = tuple(
-    f"DELETE FROM {table} WHERE thread_id = ANY(%(thread_ids)s::text[])" for table in _THREAD_TABLES
+    f"DELETE FROM {table} WHERE thread_id = ANY(%(thread_ids)b::text[])" for table in _THREAD_TABLES
 )
 
 # Copy every row of a thread; the target keeps whatever it already had.
@@ -179,7 +182,7 @@ LATEST_PER_NAMESPACE = f"""
 SELECT DISTINCT ON (c.thread_id, c.checkpoint_ns)
        c.thread_id, c.checkpoint_ns, c.checkpoint_id, {_DELTA_CHANNELS_TO_FREEZE}
 FROM colosseum_checkpoints c
-WHERE c.thread_id = ANY(%(thread_ids)s::text[])
+WHERE c.thread_id = ANY(%(thread_ids)b::text[])
 ORDER BY c.thread_id, c.checkpoint_ns, c.checkpoint_id DESC
 """
 
@@ -191,12 +194,12 @@ FROM colosseum_checkpoints p
 JOIN colosseum_checkpoints c
   ON c.thread_id = p.thread_id AND c.checkpoint_ns = p.checkpoint_ns
  AND c.parent_checkpoint_id = p.checkpoint_id
-WHERE p.run_id = ANY(%(run_ids)s::text[])
-  AND (c.run_id IS NULL OR NOT c.run_id = ANY(%(run_ids)s::text[]))
+WHERE p.run_id = ANY(%(run_ids)b::text[])
+  AND (c.run_id IS NULL OR NOT c.run_id = ANY(%(run_ids)b::text[]))
 """
 
 THREADS_OF_RUNS = """
-SELECT DISTINCT thread_id FROM colosseum_checkpoints WHERE run_id = ANY(%(run_ids)s::text[])
+SELECT DISTINCT thread_id FROM colosseum_checkpoints WHERE run_id = ANY(%(run_ids)b::text[])
 """
 
 INSERT_DELTA_HISTORY = """
@@ -205,14 +208,14 @@ INSERT INTO colosseum_delta_histories
      encoding, value, value_bytes, value_type)
 SELECT %(thread_id)s, %(checkpoint_ns)s, %(checkpoint_id)s, %(channel)s, u.seq, u.task_id,
        u.encoding, u.value::jsonb, u.value_bytes, u.value_type
-FROM unnest(%(seqs)s::int[], %(task_ids)s::text[], %(encodings)s::text[],
-            %(jsons)s::text[], %(datas)s::bytea[], %(types)s::text[])
+FROM unnest(%(seqs)b::int[], %(task_ids)b::text[], %(encodings)b::text[],
+            %(jsons)b::text[], %(datas)b::bytea[], %(types)b::text[])
      AS u(seq, task_id, encoding, value, value_bytes, value_type)
 ON CONFLICT DO NOTHING
 """
 
 _KEPT = """
-unnest(%(kept_threads)s::text[], %(kept_namespaces)s::text[], %(kept_ids)s::text[])
+unnest(%(kept_threads)b::text[], %(kept_namespaces)b::text[], %(kept_ids)b::text[])
     AS k(thread_id, checkpoint_ns, checkpoint_id)
 """
 
@@ -239,23 +242,23 @@ PRUNE_KEEP_LATEST = (
 DELETE_RUNS = (
     """
     DELETE FROM colosseum_writes w USING colosseum_checkpoints c
-    WHERE c.run_id = ANY(%(run_ids)s::text[])
+    WHERE c.run_id = ANY(%(run_ids)b::text[])
       AND w.thread_id = c.thread_id AND w.checkpoint_ns = c.checkpoint_ns
       AND w.checkpoint_id = c.checkpoint_id
     """,
     """
     DELETE FROM colosseum_delta_histories h USING colosseum_checkpoints c
-    WHERE c.run_id = ANY(%(run_ids)s::text[])
+    WHERE c.run_id = ANY(%(run_ids)b::text[])
       AND h.thread_id = c.thread_id AND h.checkpoint_ns = c.checkpoint_ns
       AND h.checkpoint_id = c.checkpoint_id
     """,
-    "DELETE FROM colosseum_checkpoints WHERE run_id = ANY(%(run_ids)s::text[])",
+    "DELETE FROM colosseum_checkpoints WHERE run_id = ANY(%(run_ids)b::text[])",
 )
 
 # Channel values that no remaining checkpoint of the thread names any more.
 COLLECT_UNREFERENCED_VALUES = """
 DELETE FROM colosseum_channel_values v
-WHERE v.thread_id = ANY(%(thread_ids)s::text[])
+WHERE v.thread_id = ANY(%(thread_ids)b::text[])
   AND NOT EXISTS (
       SELECT 1 FROM colosseum_checkpoints c
       WHERE c.thread_id = v.thread_id AND c.checkpoint_ns = v.checkpoint_ns
@@ -271,8 +274,8 @@ WHERE v.thread_id = ANY(%(thread_ids)s::text[])
 DELTA_HISTORY = """
 WITH RECURSIVE chain(checkpoint_id, parent_checkpoint_id, versions, depth, entering, remaining) AS (
     SELECT t.checkpoint_id, t.parent_checkpoint_id, t.checkpoint -> 'channel_versions', 0,
-           %(channels)s::text[],
-           ARRAY(SELECT ch FROM unnest(%(channels)s::text[]) AS ch
+           %(channels)b::text[],
+           ARRAY(SELECT ch FROM unnest(%(channels)b::text[]) AS ch
                  WHERE NOT EXISTS (
                      SELECT 1 FROM colosseum_delta_histories h
                      WHERE h.thread_id = %(thread_id)s AND h.checkpoint_ns = %(checkpoint_ns)s

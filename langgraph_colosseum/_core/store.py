@@ -6,10 +6,12 @@ psycopg (see `io.py`). Nothing here opens a socket.
 
 from __future__ import annotations
 
+import math
 import random
 from collections.abc import Mapping, Sequence
 from typing import Any
 
+import orjson
 from langchain_core.runnables import RunnableConfig
 from langgraph.checkpoint.base import (
     WRITES_IDX_MAP,
@@ -232,7 +234,6 @@ class CheckpointStore:
         for channel, _version in new_versions.items():
             where = Where(thread_id, checkpoint_ns, checkpoint_id, channel)
             stored.append(self.codec.dump(values[channel], where) if channel in values else EMPTY)
-        document = {k: v for k, v in checkpoint.items() if k != "channel_values"}
         full_metadata = get_serializable_checkpoint_metadata(config, metadata)
         params = {
             "thread_id": thread_id,
@@ -240,8 +241,8 @@ class CheckpointStore:
             "checkpoint_id": checkpoint_id,
             "parent_checkpoint_id": get_checkpoint_id(config),
             "run_id": _text_or_none(full_metadata.get("run_id")),
-            "checkpoint": self._json(
-                document, Where(thread_id, checkpoint_ns, checkpoint_id, "<checkpoint>")
+            "checkpoint": self._checkpoint_document(
+                checkpoint, Where(thread_id, checkpoint_ns, checkpoint_id, "<checkpoint>")
             ),
             "metadata": self._json(
                 full_metadata, Where(thread_id, checkpoint_ns, checkpoint_id, "<metadata>")
@@ -269,9 +270,16 @@ class CheckpointStore:
                 f"put_writes for thread {thread_id!r} needs configurable.checkpoint_id "
                 "(the checkpoint the writes belong to)"
             )
+        # A special channel has one slot per task (its negative idx) and the last
+        # write to it wins, as in InMemorySaver: a node that interrupts twice
+        # hands over `__resume__` twice in one call.
+        by_idx = {
+            WRITES_IDX_MAP.get(channel, i): (channel, value)
+            for i, (channel, value) in enumerate(writes)
+        }
         stored = [
             self.codec.dump(value, Where(thread_id, checkpoint_ns, checkpoint_id, channel))
-            for channel, value in writes
+            for channel, value in by_idx.values()
         ]
         params = {
             "thread_id": thread_id,
@@ -279,8 +287,8 @@ class CheckpointStore:
             "checkpoint_id": checkpoint_id,
             "task_id": task_id,
             "task_path": task_path,
-            "idxs": [WRITES_IDX_MAP.get(channel, i) for i, (channel, _) in enumerate(writes)],
-            "channels": [channel for channel, _ in writes],
+            "idxs": list(by_idx),
+            "channels": [channel for channel, _ in by_idx.values()],
             **columns(stored),
         }
         yield Query(sql.PUT_WRITES, params, fetch=False)
@@ -423,7 +431,7 @@ class CheckpointStore:
             w_types,
         ) = row
         try:
-            document = self.codec.load_json(checkpoint_json)
+            document = self._load_checkpoint_document(checkpoint_json)
             metadata = self.codec.load_json(metadata_json)
         except CodecError as exc:
             raise CorruptRowError(
@@ -493,9 +501,48 @@ class CheckpointStore:
                 cause=exc,
             ) from exc
 
+    def _checkpoint_document(self, checkpoint: Checkpoint, where: Where) -> str:
+        """The checkpoint without its values, as jsonb text.
+
+        `channel_versions` stays a plain JSON object, outside the codec, because
+        SQL joins on it (``checkpoint -> 'channel_versions' ->> channel``): a
+        channel named "$t" must not turn it into the codec's pair-list form.
+        """
+        versions = checkpoint["channel_versions"]
+        for channel, version in versions.items():
+            if not (type(channel) is str and "\x00" not in channel and _is_json_version(version)):
+                raise ValueNotStorableError(
+                    thread_id=where.thread_id,
+                    checkpoint_ns=where.checkpoint_ns,
+                    checkpoint_id=where.checkpoint_id,
+                    channel=str(channel),
+                    path="$.channel_versions",
+                    cause=ValueError(
+                        "channel names must be strings without NUL, and versions str, int "
+                        f"or finite float; got {channel!r}: {version!r}"
+                    ),
+                )
+        rest = {
+            k: v for k, v in checkpoint.items() if k not in ("channel_values", "channel_versions")
+        }
+        document = self._encoded(rest, where)
+        document["channel_versions"] = versions
+        return orjson.dumps(document).decode()
+
+    def _load_checkpoint_document(self, text: str) -> dict[str, Any]:
+        raw = orjson.loads(text)
+        versions = raw.pop("channel_versions", {})
+        document = self.codec.registry.decode(raw)
+        document["channel_versions"] = versions
+        return document
+
     def _json(self, value: Any, where: Where) -> str:
+        return orjson.dumps(self._encoded(value, where)).decode()
+
+    def _encoded(self, value: Any, where: Where) -> Any:
+        """Typed-codec data for a value that must be jsonb (no serde fallback)."""
         try:
-            return self.codec.dump_json(value)
+            return self.codec.registry.encode(value)
         except CodecError as exc:
             raise ValueNotStorableError(
                 thread_id=where.thread_id,
@@ -505,6 +552,12 @@ class CheckpointStore:
                 path=getattr(exc, "path", "$"),
                 cause=exc,
             ) from exc
+
+
+def _is_json_version(version: Any) -> bool:
+    if type(version) is float:
+        return math.isfinite(version)
+    return type(version) in (str, int) and "\x00" not in str(version)
 
 
 def _text_or_none(value: Any) -> str | None:

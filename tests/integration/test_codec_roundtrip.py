@@ -1,0 +1,312 @@
+"""The codec round trip through Postgres jsonb, via the saver's public API."""
+
+from __future__ import annotations
+
+import dataclasses
+import datetime as dt
+import threading
+import uuid
+from decimal import Decimal
+from typing import Any
+from zoneinfo import ZoneInfo
+
+import psycopg
+import pytest
+from hypothesis import HealthCheck, given, settings
+from hypothesis import strategies as st
+from langchain_core.messages import AIMessage, HumanMessage
+from langgraph.checkpoint.base import empty_checkpoint
+from langgraph.checkpoint.serde.encrypted import EncryptedSerializer
+from langgraph.types import Send
+
+from langgraph_colosseum import ColosseumSaver
+from langgraph_colosseum.errors import ValueNotStorableError
+from tests.unit.test_codec import APP_TYPES, Position, same, values
+
+ROUNDTRIP_SETTINGS = settings(
+    max_examples=50,
+    deadline=None,
+    suppress_health_check=[HealthCheck.function_scoped_fixture, HealthCheck.too_slow],
+)
+
+
+@dataclasses.dataclass
+class NotRegistered:
+    """A dataclass the saver does not know: the codec refuses it, serde takes it."""
+
+    ticker: str
+    lots: list[int]
+
+
+def register_app_types(saver: ColosseumSaver) -> None:
+    for cls in APP_TYPES:
+        saver.register_type(cls)
+
+
+def put_value(
+    saver: ColosseumSaver, thread_id: str, channels: dict[str, Any]
+) -> tuple[dict, dict]:
+    """Put one checkpoint holding `channels`; return (checkpoint, stored config)."""
+    checkpoint = empty_checkpoint()
+    checkpoint["channel_values"] = dict(channels)
+    checkpoint["channel_versions"] = {ch: saver.get_next_version(None, None) for ch in channels}
+    config = {"configurable": {"thread_id": thread_id, "checkpoint_ns": ""}}
+    stored = saver.put(config, checkpoint, {"source": "input", "step": -1}, checkpoint["channel_versions"])
+    return checkpoint, stored
+
+
+def encodings(pg_url: str, thread_id: str) -> dict[str, str]:
+    with psycopg.connect(pg_url) as conn:
+        rows = conn.execute(
+            "SELECT channel, encoding FROM colosseum_channel_values WHERE thread_id = %s",
+            (thread_id,),
+        ).fetchall()
+    return dict(rows)
+
+
+def row_counts(pg_url: str) -> tuple[int, int, int]:
+    with psycopg.connect(pg_url) as conn:
+        return tuple(
+            conn.execute(f"SELECT count(*) FROM {table}").fetchone()[0]
+            for table in ("colosseum_checkpoints", "colosseum_channel_values", "colosseum_writes")
+        )
+
+
+# ------------------------------------------------------------ the property
+
+
+@ROUNDTRIP_SETTINGS
+@given(value=values)
+def test_channel_values_and_writes_roundtrip_through_jsonb(
+    saver: ColosseumSaver, pg_url: str, value: Any
+) -> None:
+    register_app_types(saver)
+    thread_id = f"rt-{uuid.uuid4()}"
+    _, stored = put_value(saver, thread_id, {"v": value})
+    saver.put_writes(stored, [("w", value)], task_id="task-1")
+
+    got = saver.get_tuple(stored)
+    assert got is not None
+    assert same(got.checkpoint["channel_values"], {"v": value}), got.checkpoint["channel_values"]
+    assert len(got.pending_writes) == 1
+    task_id, channel, written = got.pending_writes[0]
+    assert (task_id, channel) == ("task-1", "w")
+    assert same(written, value), written
+    # Every generated value is expressible, so none of it went to serde.
+    assert encodings(pg_url, thread_id) == {"v": "json"}
+
+
+@ROUNDTRIP_SETTINGS
+@given(state=st.dictionaries(st.sampled_from(["a", "b", "messages", "é", "__pregel_tasks"]), values, max_size=3))
+def test_many_channels_roundtrip(saver: ColosseumSaver, state: dict[str, Any]) -> None:
+    register_app_types(saver)
+    thread_id = f"rt-{uuid.uuid4()}"
+    _, stored = put_value(saver, thread_id, state)
+    got = saver.get_tuple({"configurable": {"thread_id": thread_id, "checkpoint_ns": ""}})
+    assert got is not None and got.config == stored
+    assert same(got.checkpoint["channel_values"], state)
+    listed = list(saver.list({"configurable": {"thread_id": thread_id}}))
+    assert len(listed) == 1 and same(listed[0].checkpoint["channel_values"], state)
+
+
+def test_channel_named_like_the_tag_key(saver: ColosseumSaver) -> None:
+    # Channel names are the keys of checkpoint["channel_versions"] in the stored
+    # checkpoint document; the codec writes a dict with a "$t" key in its pair-list form.
+    channel = "$t"
+    _, stored = put_value(saver, f"chan-{uuid.uuid4()}", {channel: {"x": 1}, "plain": None})
+    got = saver.get_tuple(stored)
+    assert got is not None
+    assert same(got.checkpoint["channel_values"], {channel: {"x": 1}, "plain": None})
+
+
+# ------------------------------------------------------------ queryable jsonb
+
+
+def test_values_are_queryable_jsonb(saver: ColosseumSaver, pg_url: str) -> None:
+    register_app_types(saver)
+    _, stored = put_value(saver, "portfolio-thread", {"portfolio": {"ticker": "AAPL", "qty": 10}})
+    put_value(saver, "other-thread", {"portfolio": {"ticker": "MSFT", "qty": 1}})
+    put_value(saver, "model-thread", {"position": Position(ticker="AAPL", qty=3)})
+
+    with psycopg.connect(pg_url) as conn:
+        threads = conn.execute(
+            "SELECT DISTINCT thread_id FROM colosseum_channel_values "
+            "WHERE channel = 'portfolio' AND value ->> 'ticker' = 'AAPL'"
+        ).fetchall()
+        assert threads == [("portfolio-thread",)]
+        # The checkpoint names that value by version, so a join finds the checkpoint.
+        checkpoint_ids = conn.execute(
+            "SELECT c.checkpoint_id FROM colosseum_checkpoints c "
+            "JOIN colosseum_channel_values v ON v.thread_id = c.thread_id "
+            " AND v.checkpoint_ns = c.checkpoint_ns AND v.channel = 'portfolio' "
+            " AND v.version = c.checkpoint -> 'channel_versions' ->> 'portfolio' "
+            "WHERE v.value @> '{\"ticker\": \"AAPL\"}'::jsonb"
+        ).fetchall()
+        assert checkpoint_ids == [(stored["configurable"]["checkpoint_id"],)]
+        assert conn.execute(
+            "SELECT (value ->> 'qty')::int FROM colosseum_channel_values "
+            "WHERE thread_id = 'portfolio-thread'"
+        ).fetchone() == (10,)
+        # A registered model is a tagged object whose fields stay queryable too.
+        model = conn.execute(
+            "SELECT value -> 'v' ->> 'ticker', jsonb_typeof(value -> 'v' -> 'qty') "
+            "FROM colosseum_channel_values WHERE thread_id = 'model-thread'"
+        ).fetchone()
+        assert model == ("AAPL", "number")
+
+
+# ------------------------------------------------------------ serde fallback
+
+
+def test_unexpressible_value_falls_back_to_serde(saver: ColosseumSaver, pg_url: str) -> None:
+    value = {"pos": NotRegistered("AAPL", [1, 2]), "n": 1}
+    _, stored = put_value(saver, "fallback", {"state": value, "plain": {"ticker": "AAPL"}})
+    assert encodings(pg_url, "fallback") == {"state": "serde", "plain": "json"}
+    got = saver.get_tuple(stored)
+    assert got is not None
+    assert same(got.checkpoint["channel_values"], {"state": value, "plain": {"ticker": "AAPL"}})
+
+    saver.put_writes(stored, [("w", NotRegistered("MSFT", []))], task_id="t")
+    got = saver.get_tuple(stored)
+    assert got is not None
+    assert same(got.pending_writes, [("t", "w", NotRegistered("MSFT", []))])
+
+
+@pytest.mark.parametrize(
+    ("value", "path"),
+    [
+        ({"ok": 1, "lock": threading.Lock()}, "$.lock"),
+        ({"gen": [0, (i for i in range(3))]}, "$.gen[1]"),
+    ],
+    ids=["lock", "generator"],
+)
+def test_unstorable_value_raises_and_writes_nothing(
+    saver: ColosseumSaver, pg_url: str, value: Any, path: str
+) -> None:
+    thread_id = "unstorable-thread"
+    _, parent = put_value(saver, thread_id, {"ok": "kept"})
+    before = row_counts(pg_url)
+
+    checkpoint = empty_checkpoint()
+    checkpoint["channel_values"] = {"fine": {"ticker": "AAPL"}, "state": value}
+    checkpoint["channel_versions"] = {"fine": "1", "state": "1"}
+    with pytest.raises(ValueNotStorableError) as info:
+        saver.put(parent, checkpoint, {}, {"fine": "1", "state": "1"})
+    message = str(info.value)
+    assert thread_id in message
+    assert checkpoint["id"] in message
+    assert "'state'" in message
+    assert path in message
+    assert info.value.path == path and info.value.channel == "state"
+    assert row_counts(pg_url) == before  # not the checkpoint, not the fine channel
+
+    with pytest.raises(ValueNotStorableError) as info:
+        saver.put_writes(parent, [("fine", 1), ("bad", value)], task_id="t")
+    assert "'bad'" in str(info.value) and parent["configurable"]["checkpoint_id"] in str(info.value)
+    assert row_counts(pg_url) == before  # not even the storable write
+    assert saver.get_tuple(parent).pending_writes == []  # type: ignore[union-attr]
+
+
+# ------------------------------------------------------------ encryption
+
+
+class XorCipher:
+    """A toy CipherProtocol, so the encrypted path is tested without pycryptodome."""
+
+    KEY = 0x5A
+
+    def encrypt(self, plaintext: bytes) -> tuple[str, bytes]:
+        return "xor", bytes(b ^ self.KEY for b in plaintext)
+
+    def decrypt(self, ciphername: str, ciphertext: bytes) -> bytes:
+        assert ciphername == "xor"
+        return bytes(b ^ self.KEY for b in ciphertext)
+
+
+ENCRYPTED_STATE = {
+    "portfolio": {"ticker": "AAPL", "qty": 10},
+    "messages": [
+        HumanMessage("buy AAPL", id="h1"),
+        AIMessage("", id="a1", tool_calls=[{"name": "buy", "args": {"ticker": "AAPL"}, "id": "c1"}]),
+    ],
+    "when": dt.datetime(2024, 5, 1, 9, 30, tzinfo=dt.timezone(dt.timedelta(hours=-4))),
+    "send": Send("worker", {"n": 1}),
+    "n": 7,
+}
+
+
+def _check_encrypted_roundtrip(pg_url: str, serde: EncryptedSerializer) -> None:
+    with ColosseumSaver.from_conn_string(pg_url, pool_size=2, serde=serde) as enc_saver:
+        thread_id = f"enc-{uuid.uuid4()}"
+        _, stored = put_value(enc_saver, thread_id, ENCRYPTED_STATE)
+        enc_saver.put_writes(stored, [("portfolio", {"ticker": "MSFT"})], task_id="t")
+        got = enc_saver.get_tuple(stored)
+        assert got is not None
+        values = got.checkpoint["channel_values"]
+        # Plain equality: serde (not this package) revives messages through
+        # validation, so their pydantic fields_set may differ from the original's.
+        assert values == ENCRYPTED_STATE
+        assert {k: type(v) for k, v in values.items()} == {
+            k: type(v) for k, v in ENCRYPTED_STATE.items()
+        }
+        assert [type(m) for m in values["messages"]] == [HumanMessage, AIMessage]
+        assert same(values["when"], ENCRYPTED_STATE["when"])
+        assert same(got.pending_writes, [("t", "portfolio", {"ticker": "MSFT"})])
+    assert set(encodings(pg_url, thread_id).values()) == {"serde"}
+    with psycopg.connect(pg_url) as conn:
+        rows = conn.execute(
+            "SELECT value, value_bytes, value_type FROM colosseum_channel_values WHERE thread_id = %s "
+            "UNION ALL SELECT value, value_bytes, value_type FROM colosseum_writes WHERE thread_id = %s",
+            (thread_id, thread_id),
+        ).fetchall()
+    assert len(rows) == len(ENCRYPTED_STATE) + 1
+    for value, value_bytes, value_type in rows:
+        assert value is None
+        assert b"AAPL" not in bytes(value_bytes) and b"MSFT" not in bytes(value_bytes)
+        assert "+" in value_type  # "<serde type>+<cipher name>"
+
+
+def test_encrypted_serde_with_pycryptodome_aes(saver: ColosseumSaver, pg_url: str) -> None:
+    pytest.importorskip(
+        "Crypto.Cipher.AES",
+        reason="pycryptodome is not installed in the venv; "
+        "EncryptedSerializer.from_pycryptodome_aes needs it",
+    )
+    _check_encrypted_roundtrip(pg_url, EncryptedSerializer.from_pycryptodome_aes(key=b"1" * 16))
+
+
+def test_encrypted_serde_with_custom_cipher(saver: ColosseumSaver, pg_url: str) -> None:
+    _check_encrypted_roundtrip(pg_url, EncryptedSerializer(XorCipher()))
+
+
+# ------------------------------------------------------------ codec corners, end to end
+# Values at the corners found by tests/unit/test_codec.py. Whatever the codec
+# does with them, a put must either store something that reads back the same,
+# or refuse with ValueNotStorableError and write nothing.
+
+
+@pytest.mark.parametrize(
+    "value",
+    [
+        10**5000,
+        {Decimal("NaN"), Decimal(1)},
+        dt.datetime(2023, 3, 12, 2, 30, tzinfo=ZoneInfo("America/New_York")),
+        dt.datetime(1, 1, 1, 0, 0, tzinfo=ZoneInfo("Asia/Tokyo")),
+    ],
+    ids=["int-5001-digits", "set-with-decimal-nan", "nonexistent-wall-time", "year-1-tokyo"],
+)
+def test_codec_corner_values_through_put(saver: ColosseumSaver, pg_url: str, value: Any) -> None:
+    thread_id = f"corner-{uuid.uuid4()}"
+    before = row_counts(pg_url)
+    try:
+        _, stored = put_value(saver, thread_id, {"v": value})
+    except ValueNotStorableError:
+        assert row_counts(pg_url) == before
+        return
+    got = saver.get_tuple(stored)
+    assert got is not None
+    back = got.checkpoint["channel_values"]["v"]
+    if isinstance(value, set):
+        assert type(back) is set and sorted(map(str, back)) == sorted(map(str, value))
+    else:
+        assert same(back, value), back
