@@ -104,6 +104,7 @@ def main() -> None:
     parser = argparse.ArgumentParser()
     parser.add_argument("--turns", type=int, default=200)
     parser.add_argument("--json", help="write results here")
+    parser.add_argument("--only", choices=["PostgresSaver", "ColosseumSaver"], help="run one saver")
     args = parser.parse_args()
 
     name = f"colosseum_bench_{uuid.uuid4().hex[:8]}"
@@ -112,12 +113,17 @@ def main() -> None:
     url = conninfo.make_conninfo(SERVER, dbname=name)
     try:
         results = {}
-        with PostgresSaver.from_conn_string(url) as reference:
-            reference.setup()
-            results["PostgresSaver"] = run_chat(reference, args.turns, url, REFERENCE_TABLES)
-        with ColosseumSaver.from_conn_string(url) as ours:
-            ours.setup()
-            results["ColosseumSaver"] = run_chat(ours, args.turns, url, COLOSSEUM_TABLES)
+        if args.only != "ColosseumSaver":
+            with PostgresSaver.from_conn_string(url) as reference:
+                reference.setup()
+                results["PostgresSaver"] = run_chat(reference, args.turns, url, REFERENCE_TABLES)
+        if args.only != "PostgresSaver":
+            with ColosseumSaver.from_conn_string(url) as ours:
+                ours.setup()
+                results["ColosseumSaver"] = run_chat(ours, args.turns, url, COLOSSEUM_TABLES)
+        if args.only:
+            print(json.dumps(results, indent=2))
+            return
     finally:
         with psycopg.connect(SERVER, autocommit=True) as admin:
             admin.execute(f'DROP DATABASE IF EXISTS "{name}" WITH (FORCE)')

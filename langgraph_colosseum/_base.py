@@ -25,6 +25,7 @@ from langgraph.checkpoint.serde.base import SerializerProtocol
 
 from langgraph_colosseum._core.codec import TypeRegistry, default_registry
 from langgraph_colosseum._core.io import Operation
+from langgraph_colosseum._core.shapes import DEFAULT_SNAPSHOT_EVERY
 from langgraph_colosseum._core.store import DEFAULT_PAGE_SIZE, CheckpointStore, next_version
 from langgraph_colosseum._core.values import ValueCodec
 
@@ -40,12 +41,17 @@ class ColosseumSaverBase(BaseCheckpointSaver[str], abc.ABC):
         serde: SerializerProtocol | None = None,
         types: Iterable[type] = (),
         page_size: int = DEFAULT_PAGE_SIZE,
+        snapshot_every: int = DEFAULT_SNAPSHOT_EVERY,
     ) -> None:
         super().__init__(serde=serde)
         self.types: TypeRegistry = default_registry()
         for cls in types:
             self.types.register(cls)
-        self._store = CheckpointStore(ValueCodec(self.serde, self.types), page_size=page_size)
+        self._store = CheckpointStore(
+            ValueCodec(self.serde, self.types),
+            page_size=page_size,
+            snapshot_every=snapshot_every,
+        )
 
     # Driver primitives -------------------------------------------------
 

@@ -14,6 +14,7 @@ from psycopg_pool import AsyncConnectionPool
 from langgraph_colosseum._base import ColosseumSaverBase
 from langgraph_colosseum._core import io
 from langgraph_colosseum._core.io import Operation, Request
+from langgraph_colosseum._core.shapes import DEFAULT_SNAPSHOT_EVERY
 from langgraph_colosseum._core.store import DEFAULT_PAGE_SIZE
 from langgraph_colosseum._driver import (
     RETRIES_ON_BROKEN_CONNECTION,
@@ -46,8 +47,11 @@ class AsyncColosseumSaver(ColosseumSaverBase):
         serde: SerializerProtocol | None = None,
         types: Iterable[type] = (),
         page_size: int = DEFAULT_PAGE_SIZE,
+        snapshot_every: int = DEFAULT_SNAPSHOT_EVERY,
     ) -> None:
-        super().__init__(serde=serde, types=types, page_size=page_size)
+        super().__init__(
+            serde=serde, types=types, page_size=page_size, snapshot_every=snapshot_every
+        )
         self.conn = conn
         self._conn_lock = None if isinstance(conn, AsyncConnectionPool) else asyncio.Lock()
         try:

@@ -406,9 +406,22 @@ def _decode_model(data: dict, registry: TypeRegistry) -> Any:
     cls = _revive_class(data, registry, "model")
     fields = _decode_fields(data["v"], registry)
     fields_set = set(data["set"]) if "set" in data else set(fields)
-    obj = cls.model_construct(_fields_set=fields_set, **fields)
-    if "extra" in data:
-        obj.__pydantic_extra__ = _decode(data["extra"], registry)
+    extra = _decode(data["extra"], registry) if "extra" in data else None
+    if extra is None and cls.model_config.get("extra") == "allow":
+        extra = {}  # pydantic keeps an empty dict for models that allow extras
+    if cls.__private_attributes__:
+        obj = cls.model_construct(_fields_set=fields_set, **fields)
+        if extra is not None:
+            obj.__pydantic_extra__ = extra
+        return obj
+    # What model_construct does for a model without private attributes, given
+    # every field: set the instance state directly. It is most of a history
+    # read's cost otherwise (every message of every checkpoint).
+    obj = cls.__new__(cls)
+    object.__setattr__(obj, "__dict__", fields)
+    object.__setattr__(obj, "__pydantic_fields_set__", fields_set)
+    object.__setattr__(obj, "__pydantic_extra__", extra)
+    object.__setattr__(obj, "__pydantic_private__", None)
     return obj
 
 

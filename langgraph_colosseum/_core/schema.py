@@ -36,17 +36,23 @@ MIGRATIONS: list[str] = [
     -- One row per (channel, version): a checkpoint names the versions it holds
     -- in checkpoint->'channel_versions', so an unchanged channel costs nothing.
     -- encoding: 'json' (value holds typed jsonb), 'serde' (value_bytes holds the
-    -- serializer's bytes, value_type its type), 'empty' (the channel was cleared).
+    -- serializer's bytes, value_type its type), 'empty' (the channel was cleared),
+    -- 'append' / 'merge' (value holds what changed since base_version; see
+    -- _core/shapes.py). depth counts the deltas since the last full row.
     CREATE TABLE IF NOT EXISTS colosseum_channel_values (
         thread_id     text COLLATE "C" NOT NULL,
         checkpoint_ns text COLLATE "C" NOT NULL DEFAULT '',
         channel       text COLLATE "C" NOT NULL,
         version       text COLLATE "C" NOT NULL,
-        encoding      text NOT NULL CHECK (encoding IN ('json', 'serde', 'empty')),
+        encoding      text NOT NULL
+                      CHECK (encoding IN ('json', 'serde', 'empty', 'append', 'merge')),
         value         jsonb,
         value_bytes   bytea,
         value_type    text,
-        PRIMARY KEY (thread_id, checkpoint_ns, channel, version)
+        base_version  text COLLATE "C",
+        depth         integer NOT NULL DEFAULT 0,
+        PRIMARY KEY (thread_id, checkpoint_ns, channel, version),
+        CHECK ((encoding IN ('append', 'merge')) = (base_version IS NOT NULL))
     );
 
     CREATE TABLE IF NOT EXISTS colosseum_writes (

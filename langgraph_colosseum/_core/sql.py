@@ -9,28 +9,12 @@ unescaped, which costs three times the jsonb parse itself.
 
 from __future__ import annotations
 
-# The columns `rows.tuple_from_row` reads, in this order.
-_TUPLE_COLUMNS = """
-    c.thread_id, c.checkpoint_ns, c.checkpoint_id, c.parent_checkpoint_id,
-    c.checkpoint::text, c.metadata::text,
-    cv.channels, cv.encodings, cv.jsons, cv.datas, cv.types,
-    w.task_ids, w.idxs, w.task_paths, w.channels, w.encodings, w.jsons, w.datas, w.types
+# A channel value row, as `values.ValueRow` reads it.
+_VALUE_COLUMNS = """
+    v.channel, v.version, v.base_version, v.encoding, v.value::text, v.value_bytes, v.value_type
 """
 
-# A checkpoint, the channel values at the versions it names, and its pending
-# writes: one row, one round trip.
-_TUPLE_FROM = """
-FROM colosseum_checkpoints c
-LEFT JOIN LATERAL (
-    SELECT array_agg(v.channel) AS channels, array_agg(v.encoding) AS encodings,
-           array_agg(v.value::text) AS jsons, array_agg(v.value_bytes) AS datas,
-           array_agg(v.value_type) AS types
-    FROM jsonb_each_text(c.checkpoint -> 'channel_versions') AS ver(channel, version)
-    JOIN colosseum_channel_values v
-      ON v.thread_id = c.thread_id AND v.checkpoint_ns = c.checkpoint_ns
-     AND v.channel = ver.channel AND v.version = ver.version
-    WHERE v.encoding <> 'empty'
-) cv ON true
+_WRITES = """
 LEFT JOIN LATERAL (
     SELECT array_agg(w.task_id) AS task_ids, array_agg(w.idx) AS idxs,
            array_agg(w.task_path) AS task_paths, array_agg(w.channel) AS channels,
@@ -40,6 +24,43 @@ LEFT JOIN LATERAL (
     WHERE w.thread_id = c.thread_id AND w.checkpoint_ns = c.checkpoint_ns
       AND w.checkpoint_id = c.checkpoint_id
 ) w ON true
+"""
+
+_CHECKPOINT_COLUMNS = """
+    c.thread_id, c.checkpoint_ns, c.checkpoint_id, c.parent_checkpoint_id,
+    c.checkpoint::text, c.metadata::text,
+    w.task_ids, w.idxs, w.task_paths, w.channels, w.encodings, w.jsons, w.datas, w.types
+"""
+
+# A checkpoint, its pending writes, and every value row needed to rebuild the
+# channel versions it names (each version and its chain of bases back to a
+# full row): one row, one round trip.
+_TUPLE_FROM = f"""
+FROM colosseum_checkpoints c
+{_WRITES}
+LEFT JOIN LATERAL (
+    WITH RECURSIVE chain AS (
+        SELECT v.* FROM jsonb_each_text(c.checkpoint -> 'channel_versions') AS ver(channel, version)
+        JOIN colosseum_channel_values v
+          ON v.thread_id = c.thread_id AND v.checkpoint_ns = c.checkpoint_ns
+         AND v.channel = ver.channel AND v.version = ver.version
+      UNION ALL
+        SELECT b.* FROM chain
+        JOIN colosseum_channel_values b
+          ON b.thread_id = chain.thread_id AND b.checkpoint_ns = chain.checkpoint_ns
+         AND b.channel = chain.channel AND b.version = chain.base_version
+    )
+    SELECT array_agg(v.channel) AS channels, array_agg(v.version) AS versions,
+           array_agg(v.base_version) AS bases, array_agg(v.encoding) AS encodings,
+           array_agg(v.value::text) AS jsons, array_agg(v.value_bytes) AS datas,
+           array_agg(v.value_type) AS types
+    FROM chain AS v
+) cv ON true
+"""
+
+_TUPLE_COLUMNS = f"""
+    {_CHECKPOINT_COLUMNS},
+    cv.channels, cv.versions, cv.bases, cv.encodings, cv.jsons, cv.datas, cv.types
 """
 
 GET_TUPLE_BY_ID = f"""
@@ -55,9 +76,13 @@ ORDER BY c.checkpoint_id DESC
 LIMIT 1
 """
 
-# `list` pages. `where` is built from fixed fragments in `store.py` only.
+# `list` pages: checkpoints and writes only; their values come from VALUE_CHAINS,
+# once per page, shared by every checkpoint that names the same versions.
+# `where` is built from fixed fragments in `store.py` only.
 LIST_PAGE = f"""
-SELECT {_TUPLE_COLUMNS} {_TUPLE_FROM}
+SELECT {_CHECKPOINT_COLUMNS}
+FROM colosseum_checkpoints c
+{_WRITES}
 WHERE {{where}}
 ORDER BY c.checkpoint_id DESC, c.thread_id DESC, c.checkpoint_ns DESC
 LIMIT %(page_size)s
@@ -74,24 +99,81 @@ LIST_WHERE_CURSOR = (
 # `query_value == metadata.get(key)`: a missing key equals a None filter value.
 LIST_WHERE_METADATA = "coalesce(c.metadata -> %(mk{i})s, 'null'::jsonb) = %(mv{i})s::jsonb"
 
-PUT = """
-WITH new_values AS (
-    INSERT INTO colosseum_channel_values
-        (thread_id, checkpoint_ns, channel, version, encoding, value, value_bytes, value_type)
-    SELECT %(thread_id)s, %(checkpoint_ns)s, u.channel, u.version, u.encoding,
-           u.value::jsonb, u.value_bytes, u.value_type
-    FROM unnest(%(channels)b::text[], %(versions)b::text[], %(encodings)b::text[],
-                %(jsons)b::text[], %(datas)b::bytea[], %(types)b::text[])
-         AS u(channel, version, encoding, value, value_bytes, value_type)
-    ON CONFLICT (thread_id, checkpoint_ns, channel, version) DO NOTHING
+# The value rows of some (thread, ns, channel, version) keys and of their bases,
+# each row once. The walk stops at keys the caller already has (`known_*`).
+VALUE_CHAINS = f"""
+WITH RECURSIVE wanted(thread_id, checkpoint_ns, channel, version, base_version) AS (
+    SELECT v.thread_id, v.checkpoint_ns, v.channel, v.version, v.base_version
+    FROM unnest(%(threads)b::text[], %(namespaces)b::text[], %(channels)b::text[],
+                %(versions)b::text[]) AS k(thread_id, checkpoint_ns, channel, version)
+    JOIN colosseum_channel_values v
+      ON v.thread_id = k.thread_id AND v.checkpoint_ns = k.checkpoint_ns
+     AND v.channel = k.channel AND v.version = k.version
+  UNION
+    SELECT b.thread_id, b.checkpoint_ns, b.channel, b.version, b.base_version
+    FROM wanted
+    JOIN colosseum_channel_values b
+      ON b.thread_id = wanted.thread_id AND b.checkpoint_ns = wanted.checkpoint_ns
+     AND b.channel = wanted.channel AND b.version = wanted.base_version
+    WHERE NOT EXISTS (
+        SELECT 1 FROM unnest(%(known_threads)b::text[], %(known_namespaces)b::text[],
+                             %(known_channels)b::text[], %(known_versions)b::text[])
+             AS known(thread_id, checkpoint_ns, channel, version)
+        WHERE known.thread_id = b.thread_id AND known.checkpoint_ns = b.checkpoint_ns
+          AND known.channel = b.channel AND known.version = b.version)
 )
-INSERT INTO colosseum_checkpoints
-    (thread_id, checkpoint_ns, checkpoint_id, parent_checkpoint_id, run_id, checkpoint, metadata)
-VALUES (%(thread_id)s, %(checkpoint_ns)s, %(checkpoint_id)s, %(parent_checkpoint_id)s,
-        %(run_id)s, %(checkpoint)s::jsonb, %(metadata)s::jsonb)
-ON CONFLICT (thread_id, checkpoint_ns, checkpoint_id)
-DO UPDATE SET checkpoint = EXCLUDED.checkpoint, metadata = EXCLUDED.metadata,
-              run_id = EXCLUDED.run_id
+SELECT v.thread_id, v.checkpoint_ns, {_VALUE_COLUMNS}
+FROM wanted
+JOIN colosseum_channel_values v
+  ON v.thread_id = wanted.thread_id AND v.checkpoint_ns = wanted.checkpoint_ns
+ AND v.channel = wanted.channel AND v.version = wanted.version
+"""
+
+# The checkpoint row and its changed values in one statement. A delta row
+# needs its base: the base rows are locked (FOR KEY SHARE, so a concurrent
+# prune skips them) and if any is gone (pruned after this process cached it),
+# nothing is written and `missing_bases` tells the caller to retry full.
+PUT = """
+WITH input AS (
+    SELECT * FROM unnest(%(channels)b::text[], %(versions)b::text[], %(encodings)b::text[],
+                         %(jsons)b::text[], %(datas)b::bytea[], %(types)b::text[],
+                         %(bases)b::text[], %(depths)b::int[])
+         AS u(channel, version, encoding, value, value_bytes, value_type, base_version, depth)
+),
+bases AS (
+    SELECT b.channel, b.version FROM colosseum_channel_values b
+    JOIN input i ON b.channel = i.channel AND b.version = i.base_version
+    WHERE b.thread_id = %(thread_id)s AND b.checkpoint_ns = %(checkpoint_ns)s
+    FOR KEY SHARE OF b
+),
+missing AS (
+    SELECT i.channel FROM input i
+    WHERE i.base_version IS NOT NULL
+      AND NOT EXISTS (SELECT 1 FROM bases b WHERE b.channel = i.channel AND b.version = i.base_version)
+),
+new_values AS (
+    INSERT INTO colosseum_channel_values
+        (thread_id, checkpoint_ns, channel, version, encoding, value, value_bytes, value_type,
+         base_version, depth)
+    SELECT %(thread_id)s, %(checkpoint_ns)s, i.channel, i.version, i.encoding,
+           i.value::jsonb, i.value_bytes, i.value_type, i.base_version, i.depth
+    FROM input i
+    WHERE NOT EXISTS (SELECT 1 FROM missing)
+    ON CONFLICT (thread_id, checkpoint_ns, channel, version) DO NOTHING
+    RETURNING channel
+),
+new_checkpoint AS (
+    INSERT INTO colosseum_checkpoints
+        (thread_id, checkpoint_ns, checkpoint_id, parent_checkpoint_id, run_id, checkpoint, metadata)
+    SELECT %(thread_id)s, %(checkpoint_ns)s, %(checkpoint_id)s, %(parent_checkpoint_id)s,
+           %(run_id)s, %(checkpoint)s::jsonb, %(metadata)s::jsonb
+    WHERE NOT EXISTS (SELECT 1 FROM missing)
+    ON CONFLICT (thread_id, checkpoint_ns, checkpoint_id)
+    DO UPDATE SET checkpoint = EXCLUDED.checkpoint, metadata = EXCLUDED.metadata,
+                  run_id = EXCLUDED.run_id
+)
+SELECT ARRAY(SELECT channel FROM missing) AS missing_bases,
+       ARRAY(SELECT channel FROM new_values) AS inserted
 """
 
 # Regular writes are insert-if-absent (a retried task must not change what
@@ -180,7 +262,8 @@ _DELTA_CHANNELS_TO_FREEZE = """
 # prune(keep_latest) keeps.
 LATEST_PER_NAMESPACE = f"""
 SELECT DISTINCT ON (c.thread_id, c.checkpoint_ns)
-       c.thread_id, c.checkpoint_ns, c.checkpoint_id, {_DELTA_CHANNELS_TO_FREEZE}
+       c.thread_id, c.checkpoint_ns, c.checkpoint_id, {_DELTA_CHANNELS_TO_FREEZE},
+       (c.checkpoint -> 'channel_versions')::text
 FROM colosseum_checkpoints c
 WHERE c.thread_id = ANY(%(thread_ids)b::text[])
 ORDER BY c.thread_id, c.checkpoint_ns, c.checkpoint_id DESC
@@ -255,14 +338,45 @@ DELETE_RUNS = (
     "DELETE FROM colosseum_checkpoints WHERE run_id = ANY(%(run_ids)b::text[])",
 )
 
-# Channel values that no remaining checkpoint of the thread names any more.
+# Channel values no remaining checkpoint of the thread needs: not named by one,
+# nor the base of a row that is. A row a concurrent put is basing a delta on
+# is locked by that put, and skipped here.
 COLLECT_UNREFERENCED_VALUES = """
-DELETE FROM colosseum_channel_values v
-WHERE v.thread_id = ANY(%(thread_ids)b::text[])
-  AND NOT EXISTS (
-      SELECT 1 FROM colosseum_checkpoints c
-      WHERE c.thread_id = v.thread_id AND c.checkpoint_ns = v.checkpoint_ns
-        AND c.checkpoint -> 'channel_versions' ->> v.channel = v.version)
+WITH RECURSIVE live(thread_id, checkpoint_ns, channel, version) AS (
+    SELECT c.thread_id, c.checkpoint_ns, ver.channel COLLATE "C", ver.version COLLATE "C"
+    FROM colosseum_checkpoints c,
+         jsonb_each_text(c.checkpoint -> 'channel_versions') AS ver(channel, version)
+    WHERE c.thread_id = ANY(%(thread_ids)b::text[])
+  UNION
+    SELECT v.thread_id, v.checkpoint_ns, v.channel, v.base_version
+    FROM live
+    JOIN colosseum_channel_values v
+      ON v.thread_id = live.thread_id AND v.checkpoint_ns = live.checkpoint_ns
+     AND v.channel = live.channel AND v.version = live.version
+    WHERE v.base_version IS NOT NULL
+),
+dead AS (
+    SELECT v.thread_id, v.checkpoint_ns, v.channel, v.version
+    FROM colosseum_channel_values v
+    WHERE v.thread_id = ANY(%(thread_ids)b::text[])
+      AND NOT EXISTS (
+          SELECT 1 FROM live
+          WHERE live.thread_id = v.thread_id AND live.checkpoint_ns = v.checkpoint_ns
+            AND live.channel = v.channel AND live.version = v.version)
+    FOR UPDATE OF v SKIP LOCKED
+)
+DELETE FROM colosseum_channel_values v USING dead
+WHERE v.thread_id = dead.thread_id AND v.checkpoint_ns = dead.checkpoint_ns
+  AND v.channel = dead.channel AND v.version = dead.version
+"""
+
+# Rewrite a delta row as the full value it stands for (prune compacts what it keeps).
+MAKE_FULL = """
+UPDATE colosseum_channel_values
+SET encoding = %(encoding)s, value = %(json)s::jsonb, value_bytes = %(data)s,
+    value_type = %(type)s, base_version = NULL, depth = 0
+WHERE thread_id = %(thread_id)s AND checkpoint_ns = %(checkpoint_ns)s
+  AND channel = %(channel)s AND version = %(version)s
 """
 
 # The history of some channels as of one checkpoint, in one round trip.
@@ -302,8 +416,24 @@ WITH RECURSIVE chain(checkpoint_id, parent_checkpoint_id, versions, depth, enter
       ON c.thread_id = %(thread_id)s AND c.checkpoint_ns = %(checkpoint_ns)s
      AND c.checkpoint_id = chain.parent_checkpoint_id
     WHERE cardinality(chain.remaining) > 0
+),
+-- The value that ends a channel's walk, and the bases it is a delta of.
+seed_chain(depth, top, channel, version, base_version) AS (
+    SELECT chain.depth, true, v.channel, v.version, v.base_version
+    FROM chain
+    JOIN colosseum_channel_values v
+      ON v.thread_id = %(thread_id)s AND v.checkpoint_ns = %(checkpoint_ns)s
+     AND v.channel = ANY(chain.entering) AND NOT v.channel = ANY(chain.remaining)
+     AND v.version = chain.versions ->> v.channel AND v.encoding <> 'empty'
+    WHERE chain.depth > 0
+  UNION ALL
+    SELECT seed_chain.depth, false, b.channel, b.version, b.base_version
+    FROM seed_chain
+    JOIN colosseum_channel_values b
+      ON b.thread_id = %(thread_id)s AND b.checkpoint_ns = %(checkpoint_ns)s
+     AND b.channel = seed_chain.channel AND b.version = seed_chain.base_version
 )
-SELECT 'write', chain.depth, w.channel, w.task_id, w.task_path, w.idx,
+SELECT 'write', chain.depth, w.channel, w.task_id, w.task_path, w.idx, NULL, NULL,
        w.encoding, w.value::text, w.value_bytes, w.value_type
 FROM chain
 JOIN colosseum_writes w
@@ -311,16 +441,15 @@ JOIN colosseum_writes w
  AND w.checkpoint_id = chain.checkpoint_id AND w.channel = ANY(chain.entering)
 WHERE chain.depth > 0
 UNION ALL
-SELECT 'value', chain.depth, v.channel, NULL, NULL, NULL,
+SELECT CASE WHEN seed_chain.top THEN 'value' ELSE 'base' END, seed_chain.depth,
+       v.channel, NULL, NULL, NULL, v.version, v.base_version,
        v.encoding, v.value::text, v.value_bytes, v.value_type
-FROM chain
+FROM seed_chain
 JOIN colosseum_channel_values v
   ON v.thread_id = %(thread_id)s AND v.checkpoint_ns = %(checkpoint_ns)s
- AND v.channel = ANY(chain.entering) AND NOT v.channel = ANY(chain.remaining)
- AND v.version = chain.versions ->> v.channel AND v.encoding <> 'empty'
-WHERE chain.depth > 0
+ AND v.channel = seed_chain.channel AND v.version = seed_chain.version
 UNION ALL
-SELECT 'frozen', chain.depth, h.channel, h.task_id, NULL, h.seq,
+SELECT 'frozen', chain.depth, h.channel, h.task_id, NULL, h.seq, NULL, NULL,
        h.encoding, h.value::text, h.value_bytes, h.value_type
 FROM chain
 JOIN colosseum_delta_histories h

@@ -26,14 +26,29 @@ from langgraph.checkpoint.base import (
     writes_sort_key,
 )
 
-from langgraph_colosseum._core import schema, sql
+from langgraph_colosseum._core import schema, shapes, sql
+from langgraph_colosseum._core.bases import DEFAULT_MAX_BYTES, BaseCache, ChannelKey
 from langgraph_colosseum._core.io import Emit, Operation, Query, Transaction
-from langgraph_colosseum._core.values import EMPTY, StoredValue, ValueCodec, Where, columns
+from langgraph_colosseum._core.values import (
+    DELTA_ENCODINGS,
+    EMPTY,
+    EMPTY_ENCODING,
+    JSON,
+    Materializer,
+    StoredValue,
+    ValueCodec,
+    ValueKey,
+    ValueRow,
+    Where,
+    columns,
+    parse_value_rows,
+)
 from langgraph_colosseum.errors import (
     CodecError,
     CorruptRowError,
     InvalidConfigError,
     SchemaVersionError,
+    UnsupportedValueError,
     ValueNotStorableError,
 )
 
@@ -76,9 +91,20 @@ def next_version(current: str | int | float | None) -> str:
 class CheckpointStore:
     """The checkpointer's logic over the `colosseum_*` tables."""
 
-    def __init__(self, codec: ValueCodec, *, page_size: int = DEFAULT_PAGE_SIZE) -> None:
+    def __init__(
+        self,
+        codec: ValueCodec,
+        *,
+        page_size: int = DEFAULT_PAGE_SIZE,
+        snapshot_every: int = shapes.DEFAULT_SNAPSHOT_EVERY,
+        base_cache_bytes: int = DEFAULT_MAX_BYTES,
+    ) -> None:
+        if snapshot_every < 1:
+            raise ValueError(f"snapshot_every must be at least 1, got {snapshot_every}")
         self.codec = codec
         self.page_size = page_size
+        self.snapshot_every = snapshot_every
+        self.bases = BaseCache(base_cache_bytes)
 
     # ------------------------------------------------------------ schema
 
@@ -111,7 +137,15 @@ class CheckpointStore:
             rows = yield Query(sql.GET_TUPLE_BY_ID, {**params, "checkpoint_id": checkpoint_id})
         else:
             rows = yield Query(sql.GET_TUPLE_LATEST, params)
-        return self.tuple_from_row(rows[0]) if rows else None
+        if not rows:
+            return None
+        row = rows[0]
+        values = Materializer(self.codec)
+        values.add(parse_value_rows(row[0], row[1], row[_CHECKPOINT_WIDTH:]))
+        document = self._load_document(row)
+        result = self._checkpoint_tuple(row, document, values)
+        self._remember_bases(row[0], row[1], document, values)
+        return result
 
     def list(
         self,
@@ -145,6 +179,9 @@ class CheckpointStore:
             params[f"mv{i}"] = self.codec.dump_json(value)
         remaining = limit
         cursor: tuple[str, str, str] | None = None
+        # Rebuilt versions carry over from page to page: the next (older) page's
+        # values are mostly the bases of this one's.
+        values = Materializer(self.codec)
         while remaining is None or remaining > 0:
             page_size = self.page_size if remaining is None else min(self.page_size, remaining)
             page_where = list(where)
@@ -156,14 +193,48 @@ class CheckpointStore:
                 )
             query = sql.LIST_PAGE.format(where=" AND ".join(page_where) or "true")
             rows = yield Query(query, page_params)
-            for row in rows:
-                yield Emit(self.tuple_from_row(row))
+            documents = [self._load_document(row) for row in rows]
+            yield from self._fetch_values(values, rows, documents)
+            for row, document in zip(rows, documents):
+                yield Emit(self._checkpoint_tuple(row, document, values))
             if remaining is not None:
                 remaining -= len(rows)
             if len(rows) < page_size:
                 return
             last = rows[-1]
             cursor = (last[2], last[0], last[1])
+
+    def _fetch_values(
+        self, values: Materializer, rows: list[tuple], documents: list[dict[str, Any]]
+    ) -> Operation[None]:
+        """Make sure `values` can rebuild every version the checkpoints name.
+
+        One round trip for the rows it lacks and their bases, stopping at the
+        versions it already rebuilt; it then forgets versions no longer named.
+        """
+        needed: set[ValueKey] = set()
+        for row, document in zip(rows, documents):
+            for channel, version in document["channel_versions"].items():
+                needed.add((row[0], row[1], channel, str(version)))
+        values.keep_only(needed)
+        missing = [key for key in needed if not values.knows(key)]
+        if not missing:
+            return
+        known = list(values.values)
+        found = yield Query(
+            sql.VALUE_CHAINS,
+            {
+                "threads": [k[0] for k in missing],
+                "namespaces": [k[1] for k in missing],
+                "channels": [k[2] for k in missing],
+                "versions": [k[3] for k in missing],
+                "known_threads": [k[0] for k in known],
+                "known_namespaces": [k[1] for k in known],
+                "known_channels": [k[2] for k in known],
+                "known_versions": [k[3] for k in known],
+            },
+        )
+        values.add(_value_row(*row) for row in found)
 
     def delta_history(
         self, config: RunnableConfig, channels: Sequence[str]
@@ -181,23 +252,37 @@ class CheckpointStore:
                 "channels": list(channels),
             },
         )
-        return self._assemble_history(thread_id, checkpoint_ns, channels, rows)
+        seeds = Materializer(self.codec)
+        seed_keys: dict[str, ValueKey] = {}
+        for kind, _, channel, _, _, _, version, base, encoding, json, data, type_ in rows:
+            if kind in ("value", "base"):
+                key = (thread_id, checkpoint_ns, channel, version)
+                seeds.add([ValueRow(key, base, encoding, _parse(json), data, type_)])
+                if kind == "value":
+                    seed_keys[channel] = key
+        return self._assemble_history(thread_id, checkpoint_ns, channels, rows, seeds, seed_keys)
 
     def _assemble_history(
-        self, thread_id: str, checkpoint_ns: str, channels: Sequence[str], rows: list[tuple]
+        self,
+        thread_id: str,
+        checkpoint_ns: str,
+        channels: Sequence[str],
+        rows: list[tuple],
+        seed_values: Materializer,
+        seed_keys: dict[str, ValueKey],
     ) -> dict[str, DeltaChannelHistory]:
         writes: dict[str, list[tuple[int, tuple[str, str, int], PendingWrite]]] = {
             ch: [] for ch in channels
         }
-        seeds: dict[str, tuple[int, Any]] = {}
+        seeds = {ch: seed_values.value(key) for ch, key in seed_keys.items()}
         frozen: dict[str, list[tuple[int, int, str | None, Any]]] = {}
-        for kind, depth, channel, task_id, task_path, idx, *stored in rows:
+        for kind, depth, channel, task_id, task_path, idx, _, _, *stored in rows:
+            if kind in ("value", "base"):
+                continue
             value = self._load(thread_id, checkpoint_ns, "?", channel, *stored)
             if kind == "write":
                 key = writes_sort_key(task_path, task_id, idx)
                 writes[channel].append((depth, key, (task_id, channel, value)))
-            elif kind == "value":
-                seeds[channel] = (depth, value)
             else:
                 frozen.setdefault(channel, []).append((depth, idx, task_id, value))
         result: dict[str, DeltaChannelHistory] = {}
@@ -206,7 +291,7 @@ class CheckpointStore:
             ordered = [w for _, _, w in sorted(writes[ch], key=lambda e: (-e[0], e[1]))]
             entry: DeltaChannelHistory = {"writes": ordered}
             if ch in seeds:
-                entry["seed"] = seeds[ch][1]
+                entry["seed"] = seeds[ch]
             elif ch in frozen:
                 # A frozen history is everything before its checkpoint.
                 parts = sorted(frozen[ch], key=lambda f: f[1])
@@ -230,10 +315,13 @@ class CheckpointStore:
         thread_id, checkpoint_ns = thread_of(config)
         checkpoint_id = checkpoint["id"]
         values = checkpoint["channel_values"]
-        stored: list[StoredValue] = []
-        for channel, _version in new_versions.items():
+        planned: list[tuple[StoredValue, shapes.Base | None]] = []
+        for channel, version in new_versions.items():
             where = Where(thread_id, checkpoint_ns, checkpoint_id, channel)
-            stored.append(self.codec.dump(values[channel], where) if channel in values else EMPTY)
+            if channel not in values:
+                planned.append((EMPTY, None))
+            else:
+                planned.append(self._plan_value(where, str(version), values[channel]))
         full_metadata = get_serializable_checkpoint_metadata(config, metadata)
         params = {
             "thread_id": thread_id,
@@ -249,10 +337,68 @@ class CheckpointStore:
             ),
             "channels": list(new_versions),
             "versions": [str(v) for v in new_versions.values()],
-            **columns(stored),
         }
-        yield Query(sql.PUT, params, fetch=False)
+        ((missing_bases, inserted),) = yield Query(sql.PUT, {**params, **_value_columns(planned)})
+        if missing_bases:
+            # A base this process remembered was pruned meanwhile: nothing was
+            # written; forget those bases and write those channels in full.
+            self.bases.forget((thread_id, checkpoint_ns, ch) for ch in missing_bases)
+            planned = [
+                self._plan_value(
+                    Where(thread_id, checkpoint_ns, checkpoint_id, ch), str(v), values[ch]
+                )
+                if stored.encoding in DELTA_ENCODINGS
+                else (stored, base)
+                for (stored, base), (ch, v) in zip(planned, new_versions.items())
+            ]
+            ((missing_bases, inserted),) = yield Query(
+                sql.PUT, {**params, **_value_columns(planned)}
+            )
+            assert not missing_bases
+        # Remember what was stored, and only that: a version that already
+        # existed (the insert did nothing) may hold another value.
+        written = set(inserted)
+        for (channel, _), (_, base) in zip(new_versions.items(), planned):
+            if base is not None and channel in written:
+                self.bases.put((thread_id, checkpoint_ns, channel), base)
         return checkpoint_config(thread_id, checkpoint_ns, checkpoint_id)
+
+    def _plan_value(
+        self, where: Where, version: str, value: Any
+    ) -> tuple[StoredValue, shapes.Base | None]:
+        """The row for one channel's new value, and the base it makes for the next."""
+        if not self.codec.jsonb_values:
+            return self.codec.dump(value, where), None
+        key: ChannelKey = (where.thread_id, where.checkpoint_ns, where.channel)
+        base = self.bases.get(key) if shapes.can_be_a_base(value) else None
+        delta = shapes.diff(value, base, self.snapshot_every)
+        if base is not None and delta is not None:
+            try:
+                encoded, text = self.codec.encode(delta.payload)
+            except UnsupportedValueError:
+                pass  # the whole value then goes to serde, below
+            else:
+                if shapes.worth_a_delta(base, delta, len(text)):
+                    payload = self.codec.registry.decode(encoded)  # private copy
+                    successor = shapes.Base(
+                        version,
+                        shapes.apply(base.value, delta.shape, payload),
+                        base.depth + 1,
+                        base.delta_bytes + len(text),
+                        base.full_bytes,
+                    )
+                    stored = StoredValue(
+                        delta.shape, text, None, None, base.version, base.depth + 1
+                    )
+                    return stored, successor
+        try:
+            encoded, text = self.codec.encode(value)
+        except UnsupportedValueError as exc:
+            return self.codec.dump_serde(value, where, exc.path), None
+        successor = None
+        if shapes.can_be_a_base(value):
+            successor = shapes.Base(version, self.codec.registry.decode(encoded), 0, 0, len(text))
+        return StoredValue(JSON, text, None, None), successor
 
     def put_writes(
         self,
@@ -299,11 +445,13 @@ class CheckpointStore:
         if not thread_ids:
             return
         params = {"thread_ids": [str(t) for t in thread_ids]}
+        self.bases.forget_threads(params["thread_ids"])
         yield Transaction(tuple(Query(q, params, fetch=False) for q in sql.DELETE_THREADS))
 
     def copy_thread(self, source_thread_id: str, target_thread_id: str) -> Operation[None]:
         """Copy every checkpoint, value, write and frozen history: the whole chain."""
         params = {"source": str(source_thread_id), "target": str(target_thread_id)}
+        self.bases.forget_threads([params["target"]])
         yield Transaction(tuple(Query(q, params, fetch=False) for q in sql.COPY_THREAD))
 
     def prune(self, thread_ids: Sequence[str], strategy: str = "keep_latest") -> Operation[None]:
@@ -323,7 +471,9 @@ class CheckpointStore:
         kept = yield Query(sql.LATEST_PER_NAMESPACE, {"thread_ids": thread_list})
         if not kept:
             return
-        queries = yield from self._freeze_histories(kept)
+        self.bases.forget_threads(thread_list)
+        queries = yield from self._freeze_histories([row[:4] for row in kept])
+        queries += yield from self._compact(kept)
         kept_params = {
             "kept_threads": [row[0] for row in kept],
             "kept_namespaces": [row[1] for row in kept],
@@ -347,6 +497,7 @@ class CheckpointStore:
         threads = yield Query(sql.THREADS_OF_RUNS, params)
         if not threads:
             return
+        self.bases.forget_threads(row[0] for row in threads)
         boundaries = yield Query(sql.RUN_BOUNDARIES, params)
         queries = yield from self._freeze_histories(boundaries)
         queries += [Query(q, params, fetch=False) for q in sql.DELETE_RUNS]
@@ -358,6 +509,58 @@ class CheckpointStore:
             )
         )
         yield Transaction(tuple(queries))
+
+    def _compact(self, kept: list[tuple]) -> Operation[list[Query]]:
+        """Statements rewriting the kept checkpoints' delta rows as full rows.
+
+        After them, the kept values need no base, and the chains behind them
+        can be collected.
+        """
+        keys = [
+            (thread_id, checkpoint_ns, channel, str(version))
+            for thread_id, checkpoint_ns, _, _, versions in kept
+            for channel, version in orjson.loads(versions).items()
+        ]
+        if not keys:
+            return []
+        found = yield Query(
+            sql.VALUE_CHAINS,
+            {
+                "threads": [k[0] for k in keys],
+                "namespaces": [k[1] for k in keys],
+                "channels": [k[2] for k in keys],
+                "versions": [k[3] for k in keys],
+                **_NOTHING_KNOWN,
+            },
+        )
+        values = Materializer(self.codec)
+        values.add(_value_row(*row) for row in found)
+        queries = []
+        for key in keys:
+            row = values.rows.get(key)
+            if row is None or row.encoding not in DELTA_ENCODINGS:
+                continue
+            thread_id, checkpoint_ns, channel, version = key
+            stored = self.codec.dump(
+                values.value(key), Where(thread_id, checkpoint_ns, None, channel)
+            )
+            queries.append(
+                Query(
+                    sql.MAKE_FULL,
+                    {
+                        "thread_id": thread_id,
+                        "checkpoint_ns": checkpoint_ns,
+                        "channel": channel,
+                        "version": version,
+                        "encoding": stored.encoding,
+                        "json": stored.json,
+                        "data": stored.data,
+                        "type": stored.type,
+                    },
+                    fetch=False,
+                )
+            )
+        return queries
 
     def _freeze_histories(self, checkpoints: list[tuple]) -> Operation[list[Query]]:
         """Insert statements that freeze each (thread, ns, id, channels) row's history."""
@@ -408,30 +611,27 @@ class CheckpointStore:
 
     # ------------------------------------------------------------ rows
 
-    def tuple_from_row(self, row: tuple) -> CheckpointTuple:
-        (
-            thread_id,
-            checkpoint_ns,
-            checkpoint_id,
-            parent_id,
-            checkpoint_json,
-            metadata_json,
-            v_channels,
-            v_encodings,
-            v_jsons,
-            v_datas,
-            v_types,
-            w_task_ids,
-            w_idxs,
-            w_task_paths,
-            w_channels,
-            w_encodings,
-            w_jsons,
-            w_datas,
-            w_types,
-        ) = row
+    def _load_document(self, row: tuple) -> dict[str, Any]:
+        thread_id, checkpoint_ns, checkpoint_id, _, checkpoint_json = row[:5]
         try:
-            document = self._load_checkpoint_document(checkpoint_json)
+            return self._load_checkpoint_document(checkpoint_json)
+        except CodecError as exc:
+            raise CorruptRowError(
+                thread_id=thread_id,
+                checkpoint_ns=checkpoint_ns,
+                checkpoint_id=checkpoint_id,
+                channel=None,
+                cause=exc,
+            ) from exc
+
+    def _checkpoint_tuple(
+        self, row: tuple, document: dict[str, Any], values: Materializer
+    ) -> CheckpointTuple:
+        """A CheckpointTuple from a checkpoint row (checkpoint, metadata, writes)."""
+        (thread_id, checkpoint_ns, checkpoint_id, parent_id, _, metadata_json,
+         w_task_ids, w_idxs, w_task_paths, w_channels, w_encodings, w_jsons, w_datas,
+         w_types) = row[:_CHECKPOINT_WIDTH]  # fmt: skip
+        try:
             metadata = self.codec.load_json(metadata_json)
         except CodecError as exc:
             raise CorruptRowError(
@@ -442,31 +642,22 @@ class CheckpointStore:
                 cause=exc,
             ) from exc
         channel_values = {}
-        for i, channel in enumerate(v_channels or ()):
-            channel_values[channel] = self._load(
-                thread_id,
-                checkpoint_ns,
-                checkpoint_id,
-                channel,
-                v_encodings[i],
-                v_jsons[i],
-                v_datas[i],
-                v_types[i],
-            )
+        for channel, version in document["channel_versions"].items():
+            key = (thread_id, checkpoint_ns, channel, str(version))
+            row_ = values.rows.get(key)
+            if key not in values.values and row_ is None:
+                continue  # no value stored for this version (as InMemorySaver)
+            if row_ is not None and row_.encoding == EMPTY_ENCODING:
+                continue
+            channel_values[channel] = values.value(key, checkpoint_id)
         pending: list[tuple[tuple[str, str, int], PendingWrite]] = []
         for i, channel in enumerate(w_channels or ()):
             value = self._load(
-                thread_id,
-                checkpoint_ns,
-                checkpoint_id,
-                channel,
-                w_encodings[i],
-                w_jsons[i],
-                w_datas[i],
-                w_types[i],
-            )
-            key = writes_sort_key(w_task_paths[i], w_task_ids[i], w_idxs[i])
-            pending.append((key, (w_task_ids[i], channel, value)))
+                thread_id, checkpoint_ns, checkpoint_id, channel,
+                w_encodings[i], w_jsons[i], w_datas[i], w_types[i],
+            )  # fmt: skip
+            key_ = writes_sort_key(w_task_paths[i], w_task_ids[i], w_idxs[i])
+            pending.append((key_, (w_task_ids[i], channel, value)))
         pending.sort(key=lambda p: p[0])
         checkpoint: Checkpoint = {**document, "channel_values": channel_values}
         return CheckpointTuple(
@@ -478,6 +669,28 @@ class CheckpointStore:
             ),
             pending_writes=[write for _, write in pending],
         )
+
+    def _remember_bases(
+        self, thread_id: str, checkpoint_ns: str, document: dict[str, Any], values: Materializer
+    ) -> None:
+        """After a read, the versions read become the bases of the next put.
+
+        The graph resumes from what it read, so its next values usually extend
+        these. Each base is a second, private rebuild of the value.
+        """
+        private: Materializer | None = None
+        for channel, version in document["channel_versions"].items():
+            key = (thread_id, checkpoint_ns, channel, str(version))
+            cached = self.bases.get(key[:3])
+            if cached is not None and cached.version == key[3]:
+                continue
+            if not shapes.can_be_a_base(values.values.get(key)):
+                continue
+            private = private or _private_copy(values)
+            depth, delta_bytes, full_bytes = _chain_size(values, key)
+            self.bases.put(
+                key[:3], shapes.Base(key[3], private.value(key), depth, delta_bytes, full_bytes)
+            )
 
     def _load(
         self,
@@ -552,6 +765,54 @@ class CheckpointStore:
                 path=getattr(exc, "path", "$"),
                 cause=exc,
             ) from exc
+
+
+# The checkpoint and writes columns every checkpoint query starts with.
+_CHECKPOINT_WIDTH = 14
+
+_NOTHING_KNOWN: dict[str, list[str]] = {
+    "known_threads": [],
+    "known_namespaces": [],
+    "known_channels": [],
+    "known_versions": [],
+}
+
+
+def _parse(json: str | None) -> Any:
+    return orjson.loads(json) if json is not None else None
+
+
+def _value_row(thread_id, checkpoint_ns, channel, version, base, encoding, json, data, type_):
+    return ValueRow(
+        (thread_id, checkpoint_ns, channel, version), base, encoding, _parse(json), data, type_
+    )
+
+
+def _value_columns(planned: list[tuple[StoredValue, Any]]) -> dict[str, list[Any]]:
+    stored = [s for s, _ in planned]
+    return {
+        **columns(stored),
+        "bases": [s.base_version for s in stored],
+        "depths": [s.depth for s in stored],
+    }
+
+
+def _private_copy(values: Materializer) -> Materializer:
+    copy = Materializer(values.codec)
+    copy.add(values.rows.values())
+    return copy
+
+
+def _chain_size(values: Materializer, key: ValueKey) -> tuple[int, int, int]:
+    """(depth, delta bytes, full bytes) of a version's chain, from its rows' JSON size."""
+    depth = delta_bytes = 0
+    row = values.rows.get(key)
+    while row is not None and row.encoding in DELTA_ENCODINGS:
+        depth += 1
+        delta_bytes += len(orjson.dumps(row.parsed))
+        row = values.rows.get((*key[:3], row.base_version))
+    full_bytes = len(orjson.dumps(row.parsed)) if row is not None and row.parsed is not None else 0
+    return depth, delta_bytes, full_bytes
 
 
 def _is_json_version(version: Any) -> bool:

@@ -1,34 +1,47 @@
-"""How one value becomes columns (`encoding`, `value`, `value_bytes`, `value_type`).
+"""How one value becomes columns, and how rows become values again.
 
-The typed codec is tried first, so state is queryable `jsonb`; a value it cannot
-express goes to the configured serde as bytes. With an `EncryptedSerializer`
-every value goes to serde: encrypted values are bytes by design.
+Writing: the typed codec is tried first, so state is queryable `jsonb`; a value
+it cannot express goes to the configured serde as bytes. With an
+`EncryptedSerializer` every value goes to serde: encrypted values are bytes by
+design, and never delta-shaped.
+
+Reading: `Materializer` rebuilds channel values from rows, following delta rows
+(`append`, `merge`) down to their full base and memoising every version it
+rebuilds, so a chain shared by many checkpoints is decoded once.
 """
 
 from __future__ import annotations
 
+from collections.abc import Iterable
 from typing import Any, NamedTuple
 
 import orjson
 from langgraph.checkpoint.serde.base import SerializerProtocol
 from langgraph.checkpoint.serde.encrypted import EncryptedSerializer
 
+from langgraph_colosseum._core import shapes
 from langgraph_colosseum._core.codec import TypeRegistry
 from langgraph_colosseum.errors import (
     CodecError,
+    CorruptRowError,
     UnsupportedValueError,
     ValueNotStorableError,
 )
 
+JSON, SERDE, EMPTY_ENCODING = "json", "serde", "empty"
+DELTA_ENCODINGS = (shapes.APPEND, shapes.MERGE)
+
 
 class StoredValue(NamedTuple):
-    encoding: str  # 'json' | 'serde' | 'empty'
+    encoding: str  # 'json' | 'serde' | 'empty' | 'append' | 'merge'
     json: str | None
     data: bytes | None
     type: str | None
+    base_version: str | None = None
+    depth: int = 0
 
 
-EMPTY = StoredValue("empty", None, None, None)
+EMPTY = StoredValue(EMPTY_ENCODING, None, None, None)
 
 
 class Where(NamedTuple):
@@ -40,6 +53,20 @@ class Where(NamedTuple):
     channel: str
 
 
+ValueKey = tuple[str, str, str, str]  # (thread_id, checkpoint_ns, channel, version)
+
+
+class ValueRow(NamedTuple):
+    """A `colosseum_channel_values` row, its jsonb already parsed."""
+
+    key: ValueKey
+    base_version: str | None
+    encoding: str
+    parsed: Any  # orjson.loads of the jsonb text, or None
+    data: bytes | None
+    type: str | None
+
+
 class ValueCodec:
     """Typed jsonb first, serde bytes as the fallback."""
 
@@ -48,13 +75,21 @@ class ValueCodec:
         self.registry = registry
         self.jsonb_values = not isinstance(serde, EncryptedSerializer)
 
+    def encode(self, value: Any) -> tuple[Any, str]:
+        """Typed-codec data and its JSON text; `UnsupportedValueError` if it cannot."""
+        encoded = self.registry.encode(value)
+        return encoded, orjson.dumps(encoded).decode()
+
     def dump(self, value: Any, where: Where) -> StoredValue:
         path = "$"
         if self.jsonb_values:
             try:
-                return StoredValue("json", self.dump_json(value), None, None)
+                return StoredValue(JSON, self.encode(value)[1], None, None)
             except UnsupportedValueError as exc:
                 path = exc.path
+        return self.dump_serde(value, where, path)
+
+    def dump_serde(self, value: Any, where: Where, path: str = "$") -> StoredValue:
         try:
             type_, data = self.serde.dumps_typed(value)
         except Exception as exc:
@@ -66,22 +101,24 @@ class ValueCodec:
                 path=path,
                 cause=exc,
             ) from exc
-        return StoredValue("serde", None, data, type_)
+        return StoredValue(SERDE, None, data, type_)
 
     def dump_json(self, value: Any) -> str:
-        """Typed-codec JSON text, for values that must stay jsonb (metadata)."""
-        encoded = self.registry.encode(value)
-        try:
-            return orjson.dumps(encoded).decode()
-        except TypeError as exc:  # the codec never hands orjson anything else
-            raise CodecError(str(exc)) from exc
+        """Typed-codec JSON text, for values that must stay jsonb (metadata, filters)."""
+        return self.encode(value)[1]
 
     def load(self, encoding: str, json: str | None, data: bytes | None, type_: str | None) -> Any:
-        if encoding == "json":
-            return self.load_json(json)
-        if encoding == "serde":
+        """A full (non-delta) stored value."""
+        return self.load_parsed(
+            encoding, orjson.loads(json) if json is not None else None, data, type_
+        )
+
+    def load_parsed(self, encoding: str, parsed: Any, data: bytes | None, type_: str | None) -> Any:
+        if encoding == JSON:
+            return self.registry.decode(parsed)
+        if encoding == SERDE:
             return self.serde.loads_typed((type_ or "", data or b""))
-        raise CodecError(f"unknown value encoding {encoding!r}")
+        raise CodecError(f"value encoding {encoding!r} is not a full value")
 
     def load_json(self, text: str | None) -> Any:
         return self.registry.decode(orjson.loads(text or "null"))
@@ -95,3 +132,85 @@ def columns(values: list[StoredValue]) -> dict[str, list[Any]]:
         "datas": [v.data for v in values],
         "types": [v.type for v in values],
     }
+
+
+class Materializer:
+    """Rebuilds values from `ValueRow`s, each version once.
+
+    Values it returns share unchanged items with the versions they were built
+    from (one decoded message object serves every checkpoint of a `list` page
+    that holds it); the lists and dicts themselves are never shared.
+    """
+
+    def __init__(self, codec: ValueCodec) -> None:
+        self.codec = codec
+        self.rows: dict[ValueKey, ValueRow] = {}
+        self.values: dict[ValueKey, Any] = {}
+
+    def add(self, rows: Iterable[ValueRow]) -> None:
+        for row in rows:
+            self.rows[row.key] = row
+
+    def knows(self, key: ValueKey) -> bool:
+        return key in self.values or key in self.rows
+
+    def keep_only(self, keys: set[ValueKey]) -> None:
+        """Forget everything but `keys` (bounds memory while `list` streams)."""
+        self.values = {k: v for k, v in self.values.items() if k in keys}
+        self.rows = {k: r for k, r in self.rows.items() if k in keys}
+
+    def value(self, key: ValueKey, checkpoint_id: str = "?") -> Any:
+        chain: list[ValueRow] = []
+        cursor = key
+        while cursor not in self.values:
+            row = self.rows.get(cursor)
+            if row is None:
+                raise self._error(
+                    key, checkpoint_id, f"value row for version {cursor[3]!r} is missing"
+                )
+            if row.encoding not in DELTA_ENCODINGS:
+                self.values[cursor] = self._load_full(row, checkpoint_id)
+                break
+            chain.append(row)
+            cursor = (*cursor[:3], row.base_version)
+        value = self.values[cursor]
+        for row in reversed(chain):
+            try:
+                payload = self.codec.registry.decode(row.parsed)
+                value = shapes.apply(value, row.encoding, payload)
+            except Exception as exc:
+                raise self._error(row.key, checkpoint_id, exc) from exc
+            self.values[row.key] = value
+        return value
+
+    def _load_full(self, row: ValueRow, checkpoint_id: str) -> Any:
+        try:
+            return self.codec.load_parsed(row.encoding, row.parsed, row.data, row.type)
+        except Exception as exc:
+            raise self._error(row.key, checkpoint_id, exc) from exc
+
+    @staticmethod
+    def _error(key: ValueKey, checkpoint_id: str, cause: Any) -> CorruptRowError:
+        return CorruptRowError(
+            thread_id=key[0],
+            checkpoint_ns=key[1],
+            checkpoint_id=checkpoint_id,
+            channel=key[2],
+            cause=cause if isinstance(cause, BaseException) else ValueError(cause),
+        )
+
+
+def parse_value_rows(thread_id: str, checkpoint_ns: str, columns_: tuple) -> list[ValueRow]:
+    """ValueRows from the parallel arrays of GET_TUPLE (channel, version, base, ...)."""
+    channels, versions, bases, encodings, jsons, datas, types = columns_
+    return [
+        ValueRow(
+            (thread_id, checkpoint_ns, channels[i], versions[i]),
+            bases[i],
+            encodings[i],
+            orjson.loads(jsons[i]) if jsons[i] is not None else None,
+            datas[i],
+            types[i],
+        )
+        for i in range(len(channels or ()))
+    ]

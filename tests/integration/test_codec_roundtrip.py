@@ -97,7 +97,7 @@ def test_channel_values_and_writes_roundtrip_through_jsonb(
 
 
 @ROUNDTRIP_SETTINGS
-@given(state=st.dictionaries(st.sampled_from(["a", "b", "messages", "é", "__pregel_tasks"]), values, max_size=3))
+@given(state=st.dictionaries(st.sampled_from(["a", "b", "messages", "$t", "é", "__pregel_tasks"]), values, max_size=3))
 def test_many_channels_roundtrip(saver: ColosseumSaver, state: dict[str, Any]) -> None:
     register_app_types(saver)
     thread_id = f"rt-{uuid.uuid4()}"

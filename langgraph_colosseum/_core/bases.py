@@ -1,0 +1,68 @@
+"""The bases a process knows: the last stored list/dict value of each channel.
+
+`put` diffs a new value against the base of its (thread, namespace, channel)
+to store only what changed. An entry is a private copy decoded from what was
+stored, so nothing the graph does to its live objects can alter it. The cache is
+only an optimisation: a miss (another worker wrote the last version, the
+process restarted, the entry was evicted) costs one full row, never
+correctness. It is bounded by the encoded size of the values it holds.
+"""
+
+from __future__ import annotations
+
+import threading
+from collections import OrderedDict
+from collections.abc import Iterable
+
+from langgraph_colosseum._core.shapes import Base
+
+ChannelKey = tuple[str, str, str]  # (thread_id, checkpoint_ns, channel)
+
+DEFAULT_MAX_BYTES = 64 * 1024 * 1024
+
+
+class BaseCache:
+    def __init__(self, max_bytes: int = DEFAULT_MAX_BYTES) -> None:
+        self.max_bytes = max_bytes
+        self._entries: OrderedDict[ChannelKey, Base] = OrderedDict()
+        self._bytes = 0
+        # Guards the dict only (never held across I/O), so no statement waits on it.
+        self._lock = threading.Lock()
+
+    def get(self, key: ChannelKey) -> Base | None:
+        with self._lock:
+            base = self._entries.get(key)
+            if base is not None:
+                self._entries.move_to_end(key)
+            return base
+
+    def put(self, key: ChannelKey, base: Base) -> None:
+        size = base.full_bytes + base.delta_bytes
+        if size > self.max_bytes:
+            self.forget([key])
+            return
+        with self._lock:
+            old = self._entries.pop(key, None)
+            if old is not None:
+                self._bytes -= old.full_bytes + old.delta_bytes
+            self._entries[key] = base
+            self._bytes += size
+            while self._bytes > self.max_bytes:
+                _, evicted = self._entries.popitem(last=False)
+                self._bytes -= evicted.full_bytes + evicted.delta_bytes
+
+    def forget(self, keys: Iterable[ChannelKey]) -> None:
+        with self._lock:
+            for key in keys:
+                old = self._entries.pop(key, None)
+                if old is not None:
+                    self._bytes -= old.full_bytes + old.delta_bytes
+
+    def forget_threads(self, thread_ids: Iterable[str]) -> None:
+        threads = set(thread_ids)
+        with self._lock:
+            doomed = [key for key in self._entries if key[0] in threads]
+        self.forget(doomed)
+
+    def __len__(self) -> int:
+        return len(self._entries)

@@ -1,0 +1,104 @@
+"""Reducer shapes: a channel's new value stored as what changed since a base version.
+
+* ``append``: the new list extends the base list (``add_messages``,
+  ``operator.add``): the row holds the tail.
+* ``merge``: the new dict is the base dict with some keys added, changed or
+  removed: the row holds ``{"set": {...}, "del": [...]}``.
+* ``full``: anything else, and every `snapshot_every`-th version of a chain, and
+  whenever the deltas since the last full row add up to more than that row.
+
+Invariants (tests/unit/test_shapes.py, tests/integration/test_storage_properties.py):
+
+* ``apply(base.value, diff(value, base))`` equals `value`, item for item, in order.
+* Detection compares the new value with a *private copy* of the base (decoded
+  from what was stored), never with the live objects the graph holds: an item
+  mutated in place since the base was written compares unequal, and the version
+  is stored as it now is. Items are compared with ``==`` and the same top-level
+  type, so `[1]` then `[1.0, 2]` is not an append.
+* A delta's base is any stored version of the same (thread, namespace,
+  channel), whatever checkpoint wrote it: forks, replacements by id,
+  `RemoveMessage` and `REMOVE_ALL_MESSAGES` simply fail the prefix test and are
+  stored full.
+"""
+
+from __future__ import annotations
+
+from typing import Any, NamedTuple
+
+FULL = "full"
+APPEND = "append"
+MERGE = "merge"
+
+DEFAULT_SNAPSHOT_EVERY = 100
+
+
+class Base(NamedTuple):
+    """What the store knows of a channel's value at one stored version."""
+
+    version: str
+    value: list | dict  # a private copy: decoded from the stored row, never shared
+    depth: int  # deltas since the last full row
+    delta_bytes: int  # their encoded size
+    full_bytes: int  # the encoded size of that full row
+
+
+class Delta(NamedTuple):
+    shape: str  # APPEND | MERGE
+    payload: Any  # the tail (APPEND), or {"set": {...}, "del": [...]} (MERGE)
+
+
+def _same(a: Any, b: Any) -> bool:
+    return type(a) is type(b) and a == b
+
+
+def diff(value: Any, base: Base | None, snapshot_every: int) -> Delta | None:
+    """The delta of `value` against `base`, or None when a full row is due."""
+    if base is None or base.depth + 1 >= snapshot_every:
+        return None
+    old = base.value
+    if type(value) is list and type(old) is list:
+        if len(value) < len(old):
+            return None
+        for before, now in zip(old, value):
+            if not _same(before, now):
+                return None
+        return Delta(APPEND, value[len(old) :])
+    if type(value) is dict and type(old) is dict:
+        removed = [k for k in old if k not in value]
+        added = [k for k in value if k not in old]
+        # Applying a merge keeps surviving keys where they were and appends new
+        # ones; only then is the rebuilt dict's order the value's order.
+        if list(value) != [k for k in old if k in value] + added:
+            return None
+        changed = {k: v for k, v in value.items() if k not in old or not _same(old[k], v)}
+        if len(changed) + len(removed) > max(1, len(value) // 2):
+            return None
+        return Delta(MERGE, {"set": changed, "del": removed})
+    return None
+
+
+def apply(base_value: list | dict, shape: str, payload: Any) -> list | dict:
+    """The value a delta row stands for, given its base's value. Never mutates the base."""
+    if shape == APPEND:
+        return [*base_value, *payload]
+    if shape == MERGE:
+        removed = set(payload["del"])
+        merged = {k: v for k, v in base_value.items() if k not in removed}
+        merged.update(payload["set"])
+        return merged
+    raise ValueError(f"unknown shape {shape!r}")
+
+
+def worth_a_delta(base: Base, delta: Delta, delta_bytes: int) -> bool:
+    """Replaying the chain must not cost more than reading one full row.
+
+    Replaying reads the last full row plus every delta since. An append chain's
+    value *is* that much data, so replaying it costs what a snapshot would, and
+    only `snapshot_every` bounds it. A merge chain's value stays about the size
+    of its full row while its deltas pile up: once they outweigh it, snapshot.
+    """
+    return delta.shape == APPEND or base.delta_bytes + delta_bytes <= base.full_bytes
+
+
+def can_be_a_base(value: Any) -> bool:
+    return type(value) is list or type(value) is dict
