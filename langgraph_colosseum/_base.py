@@ -9,7 +9,7 @@ as "run this `CheckpointStore` operation". A driver supplies four primitives:
 from __future__ import annotations
 
 import abc
-from collections.abc import AsyncIterator, Iterable, Iterator, Mapping, Sequence
+from collections.abc import AsyncIterator, Collection, Iterable, Iterator, Mapping, Sequence
 from typing import Any, TypeVar
 
 from langchain_core.runnables import RunnableConfig
@@ -21,7 +21,8 @@ from langgraph.checkpoint.base import (
     CheckpointTuple,
     DeltaChannelHistory,
 )
-from langgraph.checkpoint.serde.base import SerializerProtocol
+from langgraph.checkpoint.serde.base import SerializerProtocol, maybe_add_typed_methods
+from langgraph.checkpoint.serde.jsonplus import JsonPlusSerializer
 
 from langgraph_colosseum._core.codec import TypeRegistry, default_registry
 from langgraph_colosseum._core.io import Operation
@@ -43,15 +44,24 @@ class ColosseumSaverBase(BaseCheckpointSaver[str], abc.ABC):
         page_size: int = DEFAULT_PAGE_SIZE,
         snapshot_every: int = DEFAULT_SNAPSHOT_EVERY,
     ) -> None:
-        super().__init__(serde=serde)
         self.types: TypeRegistry = default_registry()
         for cls in types:
             self.types.register(cls)
+        # The fallback serde revives the same classes as the codec and nothing
+        # else: a `serde` row written by an attacker comes back as plain data.
+        # A serde the user passes is honoured as it is.
+        self._strict_default_serde = serde is None
+        super().__init__(
+            serde=serde or JsonPlusSerializer(allowed_msgpack_modules=self._msgpack_allowlist())
+        )
         self._store = CheckpointStore(
             ValueCodec(self.serde, self.types),
             page_size=page_size,
             snapshot_every=snapshot_every,
         )
+
+    def _msgpack_allowlist(self) -> list[tuple[str, str]]:
+        return [(cls.__module__, cls.__qualname__) for cls in self.types.classes()]
 
     # Driver primitives -------------------------------------------------
 
@@ -78,7 +88,22 @@ class ColosseumSaverBase(BaseCheckpointSaver[str], abc.ABC):
             ...     ticker: str
             ...     qty: int
         """
-        return self.types.register(cls)
+        self.types.register(cls)
+        if self._strict_default_serde:
+            self._use_serde(JsonPlusSerializer(allowed_msgpack_modules=self._msgpack_allowlist()))
+        return cls
+
+    def with_allowlist(self, extra_allowlist: Collection[tuple[str, ...]]) -> ColosseumSaverBase:
+        """A clone whose serde also revives `extra_allowlist` (LangGraph's strict mode)."""
+        clone = super().with_allowlist(extra_allowlist)
+        if clone is not self:
+            assert isinstance(clone, ColosseumSaverBase)
+            clone._store = self._store.with_codec(ValueCodec(clone.serde, clone.types))
+        return clone
+
+    def _use_serde(self, serde: SerializerProtocol) -> None:
+        self.serde = maybe_add_typed_methods(serde)
+        self._store.codec.serde = self.serde
 
     def get_tuple(self, config: RunnableConfig) -> CheckpointTuple | None:
         return self._run(self._store.get_tuple(config))

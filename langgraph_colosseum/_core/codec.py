@@ -109,6 +109,9 @@ class TypeRegistry:
         self._names[cls] = class_name(cls)
         return cls
 
+    def classes(self) -> list[type]:
+        return list(self._names)
+
     def __contains__(self, cls: type) -> bool:
         return cls in self._names
 

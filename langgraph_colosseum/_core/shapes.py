@@ -13,8 +13,9 @@ Invariants (tests/unit/test_shapes.py, tests/integration/test_storage_properties
 * Detection compares the new value with a *private copy* of the base (decoded
   from what was stored), never with the live objects the graph holds: an item
   mutated in place since the base was written compares unequal, and the version
-  is stored as it now is. Items are compared with ``==`` and the same top-level
-  type, so `[1]` then `[1.0, 2]` is not an append.
+  is stored as it now is. Items are compared with `_same`: equal, of the same
+  types all the way down, dict keys in the same order (``==`` calls 1, 1.0 and
+  True equal), so `[1]` then `[1.0, 2]` is not an append.
 * A delta's base is any stored version of the same (thread, namespace,
   channel), whatever checkpoint wrote it: forks, replacements by id,
   `RemoveMessage` and `REMOVE_ALL_MESSAGES` simply fail the prefix test and are
@@ -47,8 +48,38 @@ class Delta(NamedTuple):
     payload: Any  # the tail (APPEND), or {"set": {...}, "del": [...]} (MERGE)
 
 
+_SCALARS = frozenset({str, int, float, bool, type(None), bytes})
+
+try:
+    from pydantic import BaseModel as _Model
+except ImportError:  # pragma: no cover
+    _Model = ()  # type: ignore[assignment,misc]
+
+
 def _same(a: Any, b: Any) -> bool:
-    return type(a) is type(b) and a == b
+    """Equal *and* stored alike: ``==`` alone calls 1, 1.0 and True equal, and
+    ignores dict key order, and the row would then rebuild the old spelling."""
+    t = type(a)
+    if t is not type(b):
+        return False
+    if t in _SCALARS:
+        return a == b
+    if t is list or t is tuple:
+        return len(a) == len(b) and all(map(_same, a, b))
+    if t is dict:
+        if len(a) != len(b):
+            return False
+        for (key_a, value_a), (key_b, value_b) in zip(a.items(), b.items()):
+            if not (_same(key_a, key_b) and _same(value_a, value_b)):
+                return False
+        return True
+    if isinstance(a, _Model):
+        return (
+            _same(a.__dict__, b.__dict__)
+            and a.__pydantic_fields_set__ == b.__pydantic_fields_set__
+            and _same(a.__pydantic_extra__, b.__pydantic_extra__)
+        )
+    return a == b  # sets, datetimes, dataclasses, ...: compared as Python does
 
 
 def diff(value: Any, base: Base | None, snapshot_every: int) -> Delta | None:
@@ -80,8 +111,22 @@ def diff(value: Any, base: Base | None, snapshot_every: int) -> Delta | None:
 def apply(base_value: list | dict, shape: str, payload: Any) -> list | dict:
     """The value a delta row stands for, given its base's value. Never mutates the base."""
     if shape == APPEND:
+        if type(base_value) is not list or type(payload) is not list:
+            raise ValueError(
+                f"an append row needs a list base and a list tail, got "
+                f"{type(base_value).__name__} and {type(payload).__name__}"
+            )
         return [*base_value, *payload]
     if shape == MERGE:
+        if (
+            type(base_value) is not dict
+            or type(payload) is not dict
+            or type(payload.get("set")) is not dict
+            or type(payload.get("del")) is not list
+        ):
+            raise ValueError(
+                "a merge row needs a dict base and a {'set': dict, 'del': list} payload"
+            )
         removed = set(payload["del"])
         merged = {k: v for k, v in base_value.items() if k not in removed}
         merged.update(payload["set"])

@@ -49,7 +49,7 @@ LEFT JOIN LATERAL (
         JOIN colosseum_channel_values b
           ON b.thread_id = chain.thread_id AND b.checkpoint_ns = chain.checkpoint_ns
          AND b.channel = chain.channel AND b.version = chain.base_version
-    )
+    ) CYCLE channel, version SET in_cycle USING visited  -- a corrupt, cyclic chain ends
     SELECT array_agg(v.channel) AS channels, array_agg(v.version) AS versions,
            array_agg(v.base_version) AS bases, array_agg(v.encoding) AS encodings,
            array_agg(v.value::text) AS jsons, array_agg(v.value_bytes) AS datas,
@@ -219,8 +219,10 @@ COPY_THREAD = (
     """,
     """
     INSERT INTO colosseum_channel_values
-        (thread_id, checkpoint_ns, channel, version, encoding, value, value_bytes, value_type)
-    SELECT %(target)s, checkpoint_ns, channel, version, encoding, value, value_bytes, value_type
+        (thread_id, checkpoint_ns, channel, version, encoding, value, value_bytes, value_type,
+         base_version, depth)
+    SELECT %(target)s, checkpoint_ns, channel, version, encoding, value, value_bytes, value_type,
+           base_version, depth
     FROM colosseum_channel_values WHERE thread_id = %(source)s
     ON CONFLICT DO NOTHING
     """,
@@ -432,7 +434,7 @@ seed_chain(depth, top, channel, version, base_version) AS (
     JOIN colosseum_channel_values b
       ON b.thread_id = %(thread_id)s AND b.checkpoint_ns = %(checkpoint_ns)s
      AND b.channel = seed_chain.channel AND b.version = seed_chain.base_version
-)
+) CYCLE channel, version SET in_cycle USING visited
 SELECT 'write', chain.depth, w.channel, w.task_id, w.task_path, w.idx, NULL, NULL,
        w.encoding, w.value::text, w.value_bytes, w.value_type
 FROM chain

@@ -6,6 +6,7 @@ psycopg (see `io.py`). Nothing here opens a socket.
 
 from __future__ import annotations
 
+import copy
 import math
 import random
 from collections.abc import Mapping, Sequence
@@ -105,6 +106,12 @@ class CheckpointStore:
         self.page_size = page_size
         self.snapshot_every = snapshot_every
         self.bases = BaseCache(base_cache_bytes)
+
+    def with_codec(self, codec: ValueCodec) -> CheckpointStore:
+        """The same store (and base cache) reading and writing through `codec`."""
+        clone = copy.copy(self)
+        clone.codec = codec
+        return clone
 
     # ------------------------------------------------------------ schema
 
@@ -807,6 +814,7 @@ def _chain_size(values: Materializer, key: ValueKey) -> tuple[int, int, int]:
     """(depth, delta bytes, full bytes) of a version's chain, from its rows' JSON size."""
     depth = delta_bytes = 0
     row = values.rows.get(key)
+    # Called after the chain was rebuilt (which rejects cycles): it ends at a full row.
     while row is not None and row.encoding in DELTA_ENCODINGS:
         depth += 1
         delta_bytes += len(orjson.dumps(row.parsed))

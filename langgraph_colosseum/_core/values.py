@@ -161,6 +161,7 @@ class Materializer:
 
     def value(self, key: ValueKey, checkpoint_id: str = "?") -> Any:
         chain: list[ValueRow] = []
+        seen: set[ValueKey] = set()
         cursor = key
         while cursor not in self.values:
             row = self.rows.get(cursor)
@@ -171,6 +172,11 @@ class Materializer:
             if row.encoding not in DELTA_ENCODINGS:
                 self.values[cursor] = self._load_full(row, checkpoint_id)
                 break
+            if cursor in seen:
+                raise self._error(
+                    key, checkpoint_id, f"delta rows form a cycle at version {cursor[3]!r}"
+                )
+            seen.add(cursor)
             chain.append(row)
             cursor = (*cursor[:3], row.base_version)
         value = self.values[cursor]

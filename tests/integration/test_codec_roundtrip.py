@@ -21,6 +21,7 @@ from langgraph.types import Send
 
 from langgraph_colosseum import ColosseumSaver
 from langgraph_colosseum.errors import ValueNotStorableError
+from tests.conftest import truncate
 from tests.unit.test_codec import APP_TYPES, Position, same, values
 
 ROUNDTRIP_SETTINGS = settings(
@@ -162,14 +163,34 @@ def test_unexpressible_value_falls_back_to_serde(saver: ColosseumSaver, pg_url: 
     value = {"pos": NotRegistered("AAPL", [1, 2]), "n": 1}
     _, stored = put_value(saver, "fallback", {"state": value, "plain": {"ticker": "AAPL"}})
     assert encodings(pg_url, "fallback") == {"state": "serde", "plain": "json"}
+    saver.put_writes(stored, [("w", NotRegistered("MSFT", []))], task_id="t")
+
+    # The default fallback serde is strict: an unregistered class is not
+    # constructed on read, its data comes back as plain fields; nothing is lost.
+    got = saver.get_tuple(stored)
+    assert got is not None
+    assert got.checkpoint["channel_values"]["state"] == {"pos": {"ticker": "AAPL", "lots": [1, 2]}, "n": 1}
+    assert got.pending_writes == [("t", "w", {"ticker": "MSFT", "lots": []})]
+
+    # Registering the class lets the same stored bytes revive exactly.
+    saver.register_type(NotRegistered)
     got = saver.get_tuple(stored)
     assert got is not None
     assert same(got.checkpoint["channel_values"], {"state": value, "plain": {"ticker": "AAPL"}})
-
-    saver.put_writes(stored, [("w", NotRegistered("MSFT", []))], task_id="t")
-    got = saver.get_tuple(stored)
-    assert got is not None
     assert same(got.pending_writes, [("t", "w", NotRegistered("MSFT", []))])
+
+
+def test_user_serde_is_honoured(pg_url: str) -> None:
+    from langgraph.checkpoint.serde.jsonplus import JsonPlusSerializer
+
+    truncate(pg_url)
+    permissive = JsonPlusSerializer(allowed_msgpack_modules=[(__name__, "NotRegistered")])
+    with ColosseumSaver.from_conn_string(pg_url, serde=permissive) as saver:
+        value = {"pos": NotRegistered("AAPL", [1, 2])}
+        _, stored = put_value(saver, "user-serde", {"state": value})
+        got = saver.get_tuple(stored)
+        assert got is not None
+        assert same(got.checkpoint["channel_values"], {"state": value})
 
 
 @pytest.mark.parametrize(

@@ -293,3 +293,206 @@ def test_registering_later_does_not_trust_other_names(
         conn.execute("DELETE FROM colosseum_channel_values WHERE channel = %s", (CHANNEL,))
     got = saver.get_tuple({"configurable": {"thread_id": THREAD, "checkpoint_ns": ""}})
     assert got is not None and got.checkpoint["channel_values"] == {"ok": Order("AAPL")}
+
+
+# ------------------------------------------------------------ delta rows
+# A channel value row may be a delta ('append' / 'merge') on another version of
+# the same channel (`base_version`); reading walks that chain in SQL and in
+# Python. Rows that break the chain must give CorruptRowError, promptly.
+
+READ_TIMEOUT_S = 3.0  # a sound read of these few rows takes milliseconds
+
+
+def insert_delta_value(
+    conn: psycopg.Connection, version: str, encoding: str, value: Any, base_version: str
+) -> None:
+    conn.execute(
+        "INSERT INTO colosseum_channel_values (thread_id, checkpoint_ns, channel, version, "
+        "encoding, value, value_bytes, value_type, base_version, depth) "
+        "VALUES (%s, '', %s, %s, %s, %s::jsonb, NULL, NULL, %s, 1)",
+        (THREAD, CHANNEL, version, encoding, json.dumps(value), base_version),
+    )
+
+
+def insert_full_value(conn: psycopg.Connection, version: str, value: Any) -> None:
+    conn.execute(
+        "INSERT INTO colosseum_channel_values (thread_id, checkpoint_ns, channel, version, "
+        "encoding, value) VALUES (%s, '', %s, %s, 'json', %s::jsonb)",
+        (THREAD, CHANNEL, version, json.dumps(value)),
+    )
+
+
+def get_latest_with_deadline(saver: ColosseumSaver, pg_url: str) -> Any:
+    """get_tuple, but a read that does not return in time fails the test.
+
+    A hung read is cancelled (only this session's own test database is
+    touched) so the suite moves on.
+    """
+    import threading
+
+    outcome: dict[str, Any] = {}
+
+    def read() -> None:
+        try:
+            outcome["result"] = saver.get_tuple({"configurable": {"thread_id": THREAD, "checkpoint_ns": ""}})
+        except BaseException as exc:  # handed to the test thread
+            outcome["error"] = exc
+
+    reader = threading.Thread(target=read, daemon=True)
+    reader.start()
+    reader.join(READ_TIMEOUT_S)
+    if reader.is_alive():
+        with psycopg.connect(pg_url, autocommit=True) as conn:
+            conn.execute(
+                "SELECT pg_cancel_backend(pid) FROM pg_stat_activity "
+                "WHERE datname = current_database() AND pid <> pg_backend_pid() AND state = 'active'"
+            )
+        reader.join(READ_TIMEOUT_S)
+        pytest.fail(
+            f"get_tuple did not return within {READ_TIMEOUT_S:.0f}s on a corrupt delta chain "
+            f"(cancelled; then: {outcome!r})"
+        )
+    if "error" in outcome:
+        raise outcome["error"]
+    return outcome["result"]
+
+
+def test_control_delta_rows_built_the_same_way_read_fine(saver: ColosseumSaver, pg_url: str) -> None:
+    with psycopg.connect(pg_url, autocommit=True) as conn:
+        insert_checkpoint(conn, checkpoint_document({CHANNEL: "v3"}))
+        insert_full_value(conn, "v1", [1])
+        insert_delta_value(conn, "v2", "append", [{"$t": "tuple", "v": [2]}], base_version="v1")
+        insert_delta_value(conn, "v3", "append", [3], base_version="v2")
+        insert_checkpoint(conn, {**checkpoint_document({CHANNEL: "m2"}), "id": CHECKPOINT_ID + "0"})
+        insert_full_value(conn, "m1", {"a": 1, "b": 2})
+        insert_delta_value(conn, "m2", "merge", {"set": {"c": 3}, "del": ["a"]}, base_version="m1")
+    got = get_latest_with_deadline(saver, pg_url)
+    assert got is not None and got.checkpoint["channel_values"] == {CHANNEL: {"b": 2, "c": 3}}
+    got = saver.get_tuple(
+        {"configurable": {"thread_id": THREAD, "checkpoint_ns": "", "checkpoint_id": CHECKPOINT_ID}}
+    )
+    assert got is not None and got.checkpoint["channel_values"] == {CHANNEL: [1, (2,), 3]}
+
+
+@pytest.mark.parametrize("payload_id", ["model-os-system", "dataclass-popen", "enum-unknown-module", "unknown-tag"])
+@pytest.mark.parametrize("encoding", ["append", "merge"])
+def test_malicious_delta_payload(
+    saver: ColosseumSaver, pg_url: str, tripwires: Tripwires, payload_id: str, encoding: str
+) -> None:
+    witness = witness_path()
+    payload = malicious_payloads(witness)[payload_id]
+    with psycopg.connect(pg_url, autocommit=True) as conn:
+        insert_checkpoint(conn, checkpoint_document({CHANNEL: "v2"}))
+        if encoding == "append":
+            insert_full_value(conn, "v1", [1])
+            insert_delta_value(conn, "v2", "append", [payload], base_version="v1")
+        else:
+            insert_full_value(conn, "v1", {"a": 1})
+            insert_delta_value(conn, "v2", "merge", {"set": {"b": payload}, "del": []}, base_version="v1")
+    for error in read_all_ways(saver):
+        assert_names_location(error, CHANNEL)
+    assert_nothing_happened(tripwires, witness)
+
+
+def test_malicious_payload_in_the_base_of_a_delta(
+    saver: ColosseumSaver, pg_url: str, tripwires: Tripwires
+) -> None:
+    witness = witness_path()
+    with psycopg.connect(pg_url, autocommit=True) as conn:
+        insert_checkpoint(conn, checkpoint_document({CHANNEL: "v2"}))
+        insert_full_value(conn, "v1", [malicious_payloads(witness)["dataclass-popen"]])
+        insert_delta_value(conn, "v2", "append", [2], base_version="v1")
+    for error in read_all_ways(saver):
+        assert_names_location(error, CHANNEL)
+    assert_nothing_happened(tripwires, witness)
+
+
+@pytest.mark.parametrize(
+    "rows",
+    [
+        # (version, encoding, value, base_version); the checkpoint names "v2".
+        [("v2", "append", [1], "v1")],  # the base is missing
+        [("v1", "json", {"a": 1}, None), ("v2", "append", [1], "v1")],  # append onto a dict
+        [("v1", "json", [1], None), ("v2", "merge", {"set": {}, "del": []}, "v1")],  # merge onto a list
+        [("v1", "json", {"a": 1}, None), ("v2", "merge", {"oops": 1}, "v1")],  # malformed merge
+        [("v1", "json", [1], None), ("v2", "append", {"not": "a list"}, "v1")],  # malformed append
+        [("v1", "empty", None, None), ("v2", "append", [1], "v1")],  # append onto a cleared channel
+    ],
+    ids=["missing-base", "append-onto-dict", "merge-onto-list", "malformed-merge",
+         "malformed-append", "append-onto-empty"],
+)
+def test_broken_delta_chain(saver: ColosseumSaver, pg_url: str, rows: list[tuple]) -> None:
+    with psycopg.connect(pg_url, autocommit=True) as conn:
+        insert_checkpoint(conn, checkpoint_document({CHANNEL: "v2"}))
+        for version, encoding, value, base in rows:
+            if base is None:
+                conn.execute(
+                    "INSERT INTO colosseum_channel_values (thread_id, checkpoint_ns, channel, "
+                    "version, encoding, value) VALUES (%s, '', %s, %s, %s, %s::jsonb)",
+                    (THREAD, CHANNEL, version, encoding, None if value is None else json.dumps(value)),
+                )
+            else:
+                insert_delta_value(conn, version, encoding, value, base_version=base)
+    with pytest.raises(CorruptRowError) as info:
+        get_latest_with_deadline(saver, pg_url)
+    assert info.value.channel == CHANNEL
+    assert THREAD in str(info.value) and CHECKPOINT_ID in str(info.value)
+
+
+@pytest.mark.parametrize(
+    "cycle",
+    [
+        [("v2", "v2")],  # a row that is its own base
+        [("v2", "v1"), ("v1", "v2")],  # two rows, each the other's base
+    ],
+    ids=["self", "pair"],
+)
+def test_delta_base_cycle_is_reported_not_looped(
+    saver: ColosseumSaver, pg_url: str, cycle: list[tuple[str, str]]
+) -> None:
+    with psycopg.connect(pg_url, autocommit=True) as conn:
+        insert_checkpoint(conn, checkpoint_document({CHANNEL: "v2"}))
+        for version, base in cycle:
+            insert_delta_value(conn, version, "append", [version], base_version=base)
+    with pytest.raises(CorruptRowError) as info:
+        get_latest_with_deadline(saver, pg_url)
+    assert info.value.channel == CHANNEL
+
+
+def test_delta_base_cycle_in_list_is_reported_not_looped(pg_url: str, saver: ColosseumSaver) -> None:
+    """`list` fetches value chains separately, then walks them in Python.
+
+    Run in a child process: a walk that never ends cannot be interrupted inside
+    this one (and would grow without bound), but a child can be killed.
+    """
+    with psycopg.connect(pg_url, autocommit=True) as conn:
+        insert_checkpoint(conn, checkpoint_document({CHANNEL: "v2"}))
+        insert_delta_value(conn, "v2", "append", [2], base_version="v1")
+        insert_delta_value(conn, "v1", "append", [1], base_version="v0")
+        insert_delta_value(conn, "v0", "append", [0], base_version="v1")
+    code = f"""
+import resource, sys
+resource.setrlimit(resource.RLIMIT_AS, (2 * 1024**3, 2 * 1024**3))
+from langgraph_colosseum import ColosseumSaver
+from langgraph_colosseum.errors import CorruptRowError
+with ColosseumSaver.from_conn_string({pg_url!r}, pool_size=1) as saver:
+    print("ready", flush=True)
+    try:
+        list(saver.list({{"configurable": {{"thread_id": {THREAD!r}}}}}))
+        print("returned")
+    except CorruptRowError as exc:
+        print("CorruptRowError", exc.channel)
+"""
+    child = subprocess.Popen(
+        [sys.executable, "-c", code], stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True
+    )
+    try:
+        assert child.stdout is not None
+        ready = child.stdout.readline()  # imports and pool are done
+        out, err = child.communicate(timeout=READ_TIMEOUT_S)
+    except subprocess.TimeoutExpired:
+        child.kill()
+        child.communicate()
+        pytest.fail(f"list() did not return within {READ_TIMEOUT_S:.0f}s on a delta base cycle (killed)")
+    assert ready.strip() == "ready", err
+    assert out.strip() == f"CorruptRowError {CHANNEL}", (out, err)
