@@ -32,6 +32,9 @@ MIGRATIONS: list[str] = [
     );
     CREATE INDEX IF NOT EXISTS colosseum_checkpoints_run_id
         ON colosseum_checkpoints (run_id) WHERE run_id IS NOT NULL;
+    -- list() of a thread across its namespaces, newest first, page by page.
+    CREATE INDEX IF NOT EXISTS colosseum_checkpoints_thread_order
+        ON colosseum_checkpoints (thread_id, checkpoint_id, checkpoint_ns);
 
     -- One row per (channel, version): a checkpoint names the versions it holds
     -- in checkpoint->'channel_versions', so an unchanged channel costs nothing.

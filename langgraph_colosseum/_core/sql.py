@@ -40,15 +40,23 @@ FROM colosseum_checkpoints c
 {_WRITES}
 LEFT JOIN LATERAL (
     WITH RECURSIVE chain AS (
+        -- LATERAL: one primary-key lookup per channel, never a join over every
+        -- value row of the thread (which grows with its length).
         SELECT v.* FROM jsonb_each_text(c.checkpoint -> 'channel_versions') AS ver(channel, version)
-        JOIN colosseum_channel_values v
-          ON v.thread_id = c.thread_id AND v.checkpoint_ns = c.checkpoint_ns
-         AND v.channel = ver.channel AND v.version = ver.version
+        CROSS JOIN LATERAL (
+            SELECT * FROM colosseum_channel_values v
+            WHERE v.thread_id = c.thread_id AND v.checkpoint_ns = c.checkpoint_ns
+              AND v.channel = ver.channel AND v.version = ver.version
+            LIMIT 1
+        ) AS v
       UNION ALL
         SELECT b.* FROM chain
-        JOIN colosseum_channel_values b
-          ON b.thread_id = chain.thread_id AND b.checkpoint_ns = chain.checkpoint_ns
-         AND b.channel = chain.channel AND b.version = chain.base_version
+        CROSS JOIN LATERAL (
+            SELECT * FROM colosseum_channel_values b
+            WHERE b.thread_id = chain.thread_id AND b.checkpoint_ns = chain.checkpoint_ns
+              AND b.channel = chain.channel AND b.version = chain.base_version
+            LIMIT 1
+        ) AS b
     ) CYCLE channel, version SET in_cycle USING visited  -- a corrupt, cyclic chain ends
     SELECT array_agg(v.channel) AS channels, array_agg(v.version) AS versions,
            array_agg(v.base_version) AS bases, array_agg(v.encoding) AS encodings,
@@ -84,17 +92,26 @@ SELECT {_CHECKPOINT_COLUMNS}
 FROM colosseum_checkpoints c
 {_WRITES}
 WHERE {{where}}
-ORDER BY c.checkpoint_id DESC, c.thread_id DESC, c.checkpoint_ns DESC
+ORDER BY {{order}}
 LIMIT %(page_size)s
 """
+# Newest first. With the thread (and namespace) fixed, the order and the page
+# cursor follow an index, so each page is an index range scan, not a sort of the
+# whole thread: (thread, ns, id) is the primary key, (thread, id, ns) the
+# colosseum_checkpoints_thread_order index.
+LIST_ORDER_IN_NAMESPACE = "c.checkpoint_id DESC"
+LIST_CURSOR_IN_NAMESPACE = "c.checkpoint_id < %(cursor_id)s"
+LIST_ORDER_IN_THREAD = "c.checkpoint_id DESC, c.checkpoint_ns DESC"
+LIST_CURSOR_IN_THREAD = "(c.checkpoint_id, c.checkpoint_ns) < (%(cursor_id)s, %(cursor_ns)s)"
+LIST_ORDER_ANYWHERE = "c.checkpoint_id DESC, c.thread_id DESC, c.checkpoint_ns DESC"
+LIST_CURSOR_ANYWHERE = (
+    "(c.checkpoint_id, c.thread_id, c.checkpoint_ns) "
+    "< (%(cursor_id)s, %(cursor_thread)s, %(cursor_ns)s)"
+)
 LIST_WHERE_THREAD = "c.thread_id = %(thread_id)s"
 LIST_WHERE_NS = "c.checkpoint_ns = %(checkpoint_ns)s"
 LIST_WHERE_ID = "c.checkpoint_id = %(checkpoint_id)s"
 LIST_WHERE_BEFORE = "c.checkpoint_id < %(before)s"
-LIST_WHERE_CURSOR = (
-    "(c.checkpoint_id, c.thread_id, c.checkpoint_ns) "
-    "< (%(cursor_id)s, %(cursor_thread)s, %(cursor_ns)s)"
-)
 # Exact jsonb equality per key, which is InMemorySaver's
 # `query_value == metadata.get(key)`: a missing key equals a None filter value.
 LIST_WHERE_METADATA = "coalesce(c.metadata -> %(mk{i})s, 'null'::jsonb) = %(mv{i})s::jsonb"
@@ -106,15 +123,21 @@ WITH RECURSIVE wanted(thread_id, checkpoint_ns, channel, version, base_version) 
     SELECT v.thread_id, v.checkpoint_ns, v.channel, v.version, v.base_version
     FROM unnest(%(threads)b::text[], %(namespaces)b::text[], %(channels)b::text[],
                 %(versions)b::text[]) AS k(thread_id, checkpoint_ns, channel, version)
-    JOIN colosseum_channel_values v
-      ON v.thread_id = k.thread_id AND v.checkpoint_ns = k.checkpoint_ns
-     AND v.channel = k.channel AND v.version = k.version
+    CROSS JOIN LATERAL (
+        SELECT * FROM colosseum_channel_values v
+        WHERE v.thread_id = k.thread_id AND v.checkpoint_ns = k.checkpoint_ns
+          AND v.channel = k.channel AND v.version = k.version
+        LIMIT 1
+    ) AS v
   UNION
     SELECT b.thread_id, b.checkpoint_ns, b.channel, b.version, b.base_version
     FROM wanted
-    JOIN colosseum_channel_values b
-      ON b.thread_id = wanted.thread_id AND b.checkpoint_ns = wanted.checkpoint_ns
-     AND b.channel = wanted.channel AND b.version = wanted.base_version
+    CROSS JOIN LATERAL (
+        SELECT * FROM colosseum_channel_values b
+        WHERE b.thread_id = wanted.thread_id AND b.checkpoint_ns = wanted.checkpoint_ns
+          AND b.channel = wanted.channel AND b.version = wanted.base_version
+        LIMIT 1
+    ) AS b
     WHERE NOT EXISTS (
         SELECT 1 FROM unnest(%(known_threads)b::text[], %(known_namespaces)b::text[],
                              %(known_channels)b::text[], %(known_versions)b::text[])
@@ -124,9 +147,12 @@ WITH RECURSIVE wanted(thread_id, checkpoint_ns, channel, version, base_version) 
 )
 SELECT v.thread_id, v.checkpoint_ns, {_VALUE_COLUMNS}
 FROM wanted
-JOIN colosseum_channel_values v
-  ON v.thread_id = wanted.thread_id AND v.checkpoint_ns = wanted.checkpoint_ns
- AND v.channel = wanted.channel AND v.version = wanted.version
+CROSS JOIN LATERAL (
+    SELECT * FROM colosseum_channel_values v
+    WHERE v.thread_id = wanted.thread_id AND v.checkpoint_ns = wanted.checkpoint_ns
+      AND v.channel = wanted.channel AND v.version = wanted.version
+    LIMIT 1
+) AS v
 """
 
 # The checkpoint row and its changed values in one statement. A delta row
@@ -387,6 +413,11 @@ WHERE thread_id = %(thread_id)s AND checkpoint_ns = %(checkpoint_ns)s
 # after it (`remaining`). A channel stops at the first ancestor holding a value
 # for it, or at a checkpoint holding its frozen history (the target included).
 # The target's own writes are pending for the next step and are not history.
+#
+# Every lookup is a LATERAL subquery with LIMIT 1 / OFFSET 0 (or a sublink with
+# OFFSET 0): the planner cannot flatten those into joins, so each step is a
+# primary-key probe whatever the table statistics say. Flattened, a fresh or
+# stale table's "1 row" estimate made it scan the whole thread at every step.
 DELTA_HISTORY = """
 WITH RECURSIVE chain(checkpoint_id, parent_checkpoint_id, versions, depth, entering, remaining) AS (
     SELECT t.checkpoint_id, t.parent_checkpoint_id, t.checkpoint -> 'channel_versions', 0,
@@ -395,67 +426,89 @@ WITH RECURSIVE chain(checkpoint_id, parent_checkpoint_id, versions, depth, enter
                  WHERE NOT EXISTS (
                      SELECT 1 FROM colosseum_delta_histories h
                      WHERE h.thread_id = %(thread_id)s AND h.checkpoint_ns = %(checkpoint_ns)s
-                       AND h.checkpoint_id = t.checkpoint_id AND h.channel = ch))
+                       AND h.checkpoint_id = t.checkpoint_id AND h.channel = ch
+                     OFFSET 0))
     FROM (SELECT * FROM colosseum_checkpoints
           WHERE thread_id = %(thread_id)s AND checkpoint_ns = %(checkpoint_ns)s
             AND (%(checkpoint_id)s::text IS NULL OR checkpoint_id = %(checkpoint_id)s)
           ORDER BY checkpoint_id DESC LIMIT 1) AS t
   UNION ALL
-    SELECT c.checkpoint_id, c.parent_checkpoint_id, c.checkpoint -> 'channel_versions',
-           chain.depth + 1, chain.remaining,
+    SELECT c.checkpoint_id, c.parent_checkpoint_id, c.versions, chain.depth + 1, chain.remaining,
            ARRAY(SELECT ch FROM unnest(chain.remaining) AS ch
                  WHERE NOT EXISTS (
                      SELECT 1 FROM colosseum_channel_values v
                      WHERE v.thread_id = %(thread_id)s AND v.checkpoint_ns = %(checkpoint_ns)s
-                       AND v.channel = ch AND v.version = c.checkpoint -> 'channel_versions' ->> ch
-                       AND v.encoding <> 'empty')
+                       AND v.channel = ch AND v.version = c.versions ->> ch
+                       AND v.encoding <> 'empty'
+                     OFFSET 0)
                    AND NOT EXISTS (
                      SELECT 1 FROM colosseum_delta_histories h
                      WHERE h.thread_id = %(thread_id)s AND h.checkpoint_ns = %(checkpoint_ns)s
-                       AND h.checkpoint_id = c.checkpoint_id AND h.channel = ch))
+                       AND h.checkpoint_id = c.checkpoint_id AND h.channel = ch
+                     OFFSET 0))
     FROM chain
-    JOIN colosseum_checkpoints c
-      ON c.thread_id = %(thread_id)s AND c.checkpoint_ns = %(checkpoint_ns)s
-     AND c.checkpoint_id = chain.parent_checkpoint_id
+    CROSS JOIN LATERAL (
+        SELECT p.checkpoint_id, p.parent_checkpoint_id, p.checkpoint -> 'channel_versions' AS versions
+        FROM colosseum_checkpoints p
+        WHERE p.thread_id = %(thread_id)s AND p.checkpoint_ns = %(checkpoint_ns)s
+          AND p.checkpoint_id = chain.parent_checkpoint_id
+        LIMIT 1
+    ) AS c
     WHERE cardinality(chain.remaining) > 0
 ),
 -- The value that ends a channel's walk, and the bases it is a delta of.
 seed_chain(depth, top, channel, version, base_version) AS (
     SELECT chain.depth, true, v.channel, v.version, v.base_version
     FROM chain
-    JOIN colosseum_channel_values v
-      ON v.thread_id = %(thread_id)s AND v.checkpoint_ns = %(checkpoint_ns)s
-     AND v.channel = ANY(chain.entering) AND NOT v.channel = ANY(chain.remaining)
-     AND v.version = chain.versions ->> v.channel AND v.encoding <> 'empty'
-    WHERE chain.depth > 0
+    CROSS JOIN LATERAL unnest(chain.entering) AS ch(channel)
+    CROSS JOIN LATERAL (
+        SELECT v.channel, v.version, v.base_version FROM colosseum_channel_values v
+        WHERE v.thread_id = %(thread_id)s AND v.checkpoint_ns = %(checkpoint_ns)s
+          AND v.channel = ch.channel AND v.version = chain.versions ->> ch.channel
+          AND v.encoding <> 'empty'
+        LIMIT 1
+    ) AS v
+    WHERE chain.depth > 0 AND NOT ch.channel = ANY(chain.remaining)
   UNION ALL
     SELECT seed_chain.depth, false, b.channel, b.version, b.base_version
     FROM seed_chain
-    JOIN colosseum_channel_values b
-      ON b.thread_id = %(thread_id)s AND b.checkpoint_ns = %(checkpoint_ns)s
-     AND b.channel = seed_chain.channel AND b.version = seed_chain.base_version
+    CROSS JOIN LATERAL (
+        SELECT b.channel, b.version, b.base_version FROM colosseum_channel_values b
+        WHERE b.thread_id = %(thread_id)s AND b.checkpoint_ns = %(checkpoint_ns)s
+          AND b.channel = seed_chain.channel AND b.version = seed_chain.base_version
+        LIMIT 1
+    ) AS b
 ) CYCLE channel, version SET in_cycle USING visited
 SELECT 'write', chain.depth, w.channel, w.task_id, w.task_path, w.idx, NULL, NULL,
        w.encoding, w.value::text, w.value_bytes, w.value_type
 FROM chain
-JOIN colosseum_writes w
-  ON w.thread_id = %(thread_id)s AND w.checkpoint_ns = %(checkpoint_ns)s
- AND w.checkpoint_id = chain.checkpoint_id AND w.channel = ANY(chain.entering)
+CROSS JOIN LATERAL (
+    SELECT * FROM colosseum_writes w
+    WHERE w.thread_id = %(thread_id)s AND w.checkpoint_ns = %(checkpoint_ns)s
+      AND w.checkpoint_id = chain.checkpoint_id AND w.channel = ANY(chain.entering)
+    OFFSET 0
+) AS w
 WHERE chain.depth > 0
 UNION ALL
 SELECT CASE WHEN seed_chain.top THEN 'value' ELSE 'base' END, seed_chain.depth,
        v.channel, NULL, NULL, NULL, v.version, v.base_version,
        v.encoding, v.value::text, v.value_bytes, v.value_type
 FROM seed_chain
-JOIN colosseum_channel_values v
-  ON v.thread_id = %(thread_id)s AND v.checkpoint_ns = %(checkpoint_ns)s
- AND v.channel = seed_chain.channel AND v.version = seed_chain.version
+CROSS JOIN LATERAL (
+    SELECT * FROM colosseum_channel_values v
+    WHERE v.thread_id = %(thread_id)s AND v.checkpoint_ns = %(checkpoint_ns)s
+      AND v.channel = seed_chain.channel AND v.version = seed_chain.version
+    LIMIT 1
+) AS v
 UNION ALL
 SELECT 'frozen', chain.depth, h.channel, h.task_id, NULL, h.seq, NULL, NULL,
        h.encoding, h.value::text, h.value_bytes, h.value_type
 FROM chain
-JOIN colosseum_delta_histories h
-  ON h.thread_id = %(thread_id)s AND h.checkpoint_ns = %(checkpoint_ns)s
- AND h.checkpoint_id = chain.checkpoint_id
- AND h.channel = ANY(chain.entering) AND NOT h.channel = ANY(chain.remaining)
+CROSS JOIN LATERAL (
+    SELECT * FROM colosseum_delta_histories h
+    WHERE h.thread_id = %(thread_id)s AND h.checkpoint_ns = %(checkpoint_ns)s
+      AND h.checkpoint_id = chain.checkpoint_id
+      AND h.channel = ANY(chain.entering) AND NOT h.channel = ANY(chain.remaining)
+    OFFSET 0
+) AS h
 """

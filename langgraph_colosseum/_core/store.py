@@ -184,6 +184,12 @@ class CheckpointStore:
             where.append(sql.LIST_WHERE_METADATA.format(i=i))
             params[f"mk{i}"] = key
             params[f"mv{i}"] = self.codec.dump_json(value)
+        if "thread_id" in params and "checkpoint_ns" in params:
+            order, cursor_sql = sql.LIST_ORDER_IN_NAMESPACE, sql.LIST_CURSOR_IN_NAMESPACE
+        elif "thread_id" in params:
+            order, cursor_sql = sql.LIST_ORDER_IN_THREAD, sql.LIST_CURSOR_IN_THREAD
+        else:
+            order, cursor_sql = sql.LIST_ORDER_ANYWHERE, sql.LIST_CURSOR_ANYWHERE
         remaining = limit
         cursor: tuple[str, str, str] | None = None
         # Rebuilt versions carry over from page to page: the next (older) page's
@@ -194,11 +200,11 @@ class CheckpointStore:
             page_where = list(where)
             page_params = {**params, "page_size": page_size}
             if cursor is not None:
-                page_where.append(sql.LIST_WHERE_CURSOR)
+                page_where.append(cursor_sql)
                 page_params.update(
                     cursor_id=cursor[0], cursor_thread=cursor[1], cursor_ns=cursor[2]
                 )
-            query = sql.LIST_PAGE.format(where=" AND ".join(page_where) or "true")
+            query = sql.LIST_PAGE.format(where=" AND ".join(page_where) or "true", order=order)
             rows = yield Query(query, page_params)
             documents = [self._load_document(row) for row in rows]
             yield from self._fetch_values(values, rows, documents)
