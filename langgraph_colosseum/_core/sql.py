@@ -457,8 +457,11 @@ WITH RECURSIVE chain(checkpoint_id, parent_checkpoint_id, versions, depth, enter
     WHERE cardinality(chain.remaining) > 0
 ),
 -- The value that ends a channel's walk, and the bases it is a delta of.
-seed_chain(depth, top, channel, version, base_version) AS (
-    SELECT chain.depth, true, v.channel, v.version, v.base_version
+seed_chain(depth, top, channel, version, base_version, known) AS (
+    SELECT chain.depth, true, v.channel, v.version, v.base_version,
+           EXISTS (SELECT 1 FROM unnest(%(known_channels)b::text[], %(known_versions)b::text[])
+                        AS k(channel, version)
+                   WHERE k.channel = v.channel AND k.version = v.version)
     FROM chain
     CROSS JOIN LATERAL unnest(chain.entering) AS ch(channel)
     CROSS JOIN LATERAL (
@@ -470,7 +473,7 @@ seed_chain(depth, top, channel, version, base_version) AS (
     ) AS v
     WHERE chain.depth > 0 AND NOT ch.channel = ANY(chain.remaining)
   UNION ALL
-    SELECT seed_chain.depth, false, b.channel, b.version, b.base_version
+    SELECT seed_chain.depth, false, b.channel, b.version, b.base_version, false
     FROM seed_chain
     CROSS JOIN LATERAL (
         SELECT b.channel, b.version, b.base_version FROM colosseum_channel_values b
@@ -478,6 +481,7 @@ seed_chain(depth, top, channel, version, base_version) AS (
           AND b.channel = seed_chain.channel AND b.version = seed_chain.base_version
         LIMIT 1
     ) AS b
+    WHERE NOT seed_chain.known  -- the caller holds this seed already decoded
 ) CYCLE channel, version SET in_cycle USING visited
 SELECT 'write', chain.depth, w.channel, w.task_id, w.task_path, w.idx, NULL, NULL,
        w.encoding, w.value::text, w.value_bytes, w.value_type
@@ -490,9 +494,11 @@ CROSS JOIN LATERAL (
 ) AS w
 WHERE chain.depth > 0
 UNION ALL
-SELECT CASE WHEN seed_chain.top THEN 'value' ELSE 'base' END, seed_chain.depth,
-       v.channel, NULL, NULL, NULL, v.version, v.base_version,
-       v.encoding, v.value::text, v.value_bytes, v.value_type
+SELECT CASE WHEN seed_chain.known THEN 'known'
+            WHEN seed_chain.top THEN 'value' ELSE 'base' END, seed_chain.depth,
+       v.channel, NULL, NULL, NULL, v.version, v.base_version, v.encoding,
+       CASE WHEN seed_chain.known THEN NULL ELSE v.value::text END,
+       CASE WHEN seed_chain.known THEN NULL ELSE v.value_bytes END, v.value_type
 FROM seed_chain
 CROSS JOIN LATERAL (
     SELECT * FROM colosseum_channel_values v

@@ -39,6 +39,7 @@ from langgraph_colosseum._core.values import (
     StoredValue,
     ValueCodec,
     ValueKey,
+    ValueMemo,
     ValueRow,
     Where,
     columns,
@@ -106,6 +107,7 @@ class CheckpointStore:
         self.page_size = page_size
         self.snapshot_every = snapshot_every
         self.bases = BaseCache(base_cache_bytes)
+        self.seeds = ValueMemo(base_cache_bytes)
 
     def with_codec(self, codec: ValueCodec) -> CheckpointStore:
         """The same store (and base cache) reading and writing through `codec`."""
@@ -256,24 +258,44 @@ class CheckpointStore:
         if not channels:
             return {}
         thread_id, checkpoint_ns = thread_of(config)
-        rows = yield Query(
-            sql.DELTA_HISTORY,
-            {
-                "thread_id": thread_id,
-                "checkpoint_ns": checkpoint_ns,
-                "checkpoint_id": get_checkpoint_id(config),
-                "channels": list(channels),
-            },
-        )
+        params = {
+            "thread_id": thread_id,
+            "checkpoint_ns": checkpoint_ns,
+            "checkpoint_id": get_checkpoint_id(config),
+            "channels": list(channels),
+        }
+        return (yield from self._delta_history(params, use_memo=True))
+
+    def _delta_history(
+        self, params: dict[str, Any], *, use_memo: bool
+    ) -> Operation[dict[str, DeltaChannelHistory]]:
+        # A history walk (get_state_history calls this once per checkpoint)
+        # meets the same seed again and again: the memo spares sending and
+        # decoding it each time.
+        thread_id, checkpoint_ns = params["thread_id"], params["checkpoint_ns"]
+        known = self.seeds.keys_of(thread_id, checkpoint_ns) if use_memo else []
+        rows = yield Query(sql.DELTA_HISTORY, {**params, **_known(known)})
         seeds = Materializer(self.codec)
         seed_keys: dict[str, ValueKey] = {}
         for kind, _, channel, _, _, _, version, base, encoding, json, data, type_ in rows:
-            if kind in ("value", "base"):
-                key = (thread_id, checkpoint_ns, channel, version)
+            key = (thread_id, checkpoint_ns, channel, version)
+            if kind == "known":
+                found, value = self.seeds.get(key)
+                if not found:  # evicted meanwhile: ask again, for everything
+                    return (yield from self._delta_history(params, use_memo=False))
+                seeds.values[key] = value
+            elif kind in ("value", "base"):
                 seeds.add([ValueRow(key, base, encoding, _parse(json), data, type_)])
-                if kind == "value":
-                    seed_keys[channel] = key
-        return self._assemble_history(thread_id, checkpoint_ns, channels, rows, seeds, seed_keys)
+            if kind in ("known", "value"):
+                seed_keys[channel] = key
+        history = self._assemble_history(
+            thread_id, checkpoint_ns, params["channels"], rows, seeds, seed_keys
+        )
+        for channel, key in seed_keys.items():
+            row = seeds.rows.get(key)
+            if row is not None and "seed" in history[channel]:
+                self.seeds.put(key, history[channel]["seed"], _row_size(row))
+        return history
 
     def _assemble_history(
         self,
@@ -290,7 +312,7 @@ class CheckpointStore:
         seeds = {ch: seed_values.value(key) for ch, key in seed_keys.items()}
         frozen: dict[str, list[tuple[int, int, str | None, Any]]] = {}
         for kind, depth, channel, task_id, task_path, idx, _, _, *stored in rows:
-            if kind in ("value", "base"):
+            if kind in ("known", "value", "base"):
                 continue
             value = self._load(thread_id, checkpoint_ns, "?", channel, *stored)
             if kind == "write":
@@ -459,12 +481,14 @@ class CheckpointStore:
             return
         params = {"thread_ids": [str(t) for t in thread_ids]}
         self.bases.forget_threads(params["thread_ids"])
+        self.seeds.forget_threads(params["thread_ids"])
         yield Transaction(tuple(Query(q, params, fetch=False) for q in sql.DELETE_THREADS))
 
     def copy_thread(self, source_thread_id: str, target_thread_id: str) -> Operation[None]:
         """Copy every checkpoint, value, write and frozen history: the whole chain."""
         params = {"source": str(source_thread_id), "target": str(target_thread_id)}
         self.bases.forget_threads([params["target"]])
+        self.seeds.forget_threads([params["target"]])
         yield Transaction(tuple(Query(q, params, fetch=False) for q in sql.COPY_THREAD))
 
     def prune(self, thread_ids: Sequence[str], strategy: str = "keep_latest") -> Operation[None]:
@@ -485,6 +509,7 @@ class CheckpointStore:
         if not kept:
             return
         self.bases.forget_threads(thread_list)
+        self.seeds.forget_threads(thread_list)
         queries = yield from self._freeze_histories([row[:4] for row in kept])
         queries += yield from self._compact(kept)
         kept_params = {
@@ -510,7 +535,8 @@ class CheckpointStore:
         threads = yield Query(sql.THREADS_OF_RUNS, params)
         if not threads:
             return
-        self.bases.forget_threads(row[0] for row in threads)
+        self.bases.forget_threads([row[0] for row in threads])
+        self.seeds.forget_threads([row[0] for row in threads])
         boundaries = yield Query(sql.RUN_BOUNDARIES, params)
         queries = yield from self._freeze_histories(boundaries)
         queries += [Query(q, params, fetch=False) for q in sql.DELETE_RUNS]
@@ -799,6 +825,14 @@ def _value_row(thread_id, checkpoint_ns, channel, version, base, encoding, json,
     return ValueRow(
         (thread_id, checkpoint_ns, channel, version), base, encoding, _parse(json), data, type_
     )
+
+
+def _known(keys: list[ValueKey]) -> dict[str, list[str]]:
+    return {"known_channels": [k[2] for k in keys], "known_versions": [k[3] for k in keys]}
+
+
+def _row_size(row: ValueRow) -> int:
+    return len(row.data or b"") + (len(orjson.dumps(row.parsed)) if row.parsed is not None else 0)
 
 
 def _value_columns(planned: list[tuple[StoredValue, Any]]) -> dict[str, list[Any]]:

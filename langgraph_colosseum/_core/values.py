@@ -12,7 +12,13 @@ rebuilds, so a chain shared by many checkpoints is decoded once.
 
 from __future__ import annotations
 
+import datetime as dt
+import threading
+import uuid
+from collections import OrderedDict
 from collections.abc import Iterable
+from copy import deepcopy
+from decimal import Decimal
 from typing import Any, NamedTuple
 
 import orjson
@@ -28,7 +34,29 @@ from langgraph_colosseum.errors import (
     ValueNotStorableError,
 )
 
+try:
+    from pydantic import BaseModel as _Model
+except ImportError:  # pragma: no cover
+    _Model = None  # type: ignore[assignment,misc]
+
 JSON, SERDE, EMPTY_ENCODING = "json", "serde", "empty"
+_IMMUTABLE = frozenset(
+    {
+        str,
+        int,
+        float,
+        bool,
+        type(None),
+        bytes,
+        Decimal,
+        uuid.UUID,
+        dt.datetime,
+        dt.date,
+        dt.time,
+        dt.timedelta,
+        frozenset,
+    }
+)
 DELTA_ENCODINGS = (shapes.APPEND, shapes.MERGE)
 
 
@@ -220,3 +248,77 @@ def parse_value_rows(thread_id: str, checkpoint_ns: str, columns_: tuple) -> lis
         )
         for i in range(len(channels or ()))
     ]
+
+
+def fresh_copy(value: Any) -> Any:
+    """A copy sharing nothing mutable with `value`: containers and models are new,
+    immutable leaves (str, numbers, bytes, datetimes...) are shared.
+
+    Several times cheaper than decoding the value again, which is the point:
+    `ValueMemo` hands every caller its own objects.
+    """
+    t = type(value)
+    if t in _IMMUTABLE:
+        return value
+    if t is list:
+        return [fresh_copy(item) for item in value]
+    if t is dict:
+        return {key: fresh_copy(item) for key, item in value.items()}
+    if t is tuple:
+        return tuple(fresh_copy(item) for item in value)
+    if isinstance(value, tuple) and hasattr(t, "_fields"):  # NamedTuple, e.g. _DeltaSnapshot
+        return t(*(fresh_copy(item) for item in value))
+    if _Model is not None and isinstance(value, _Model) and not t.__private_attributes__:
+        copy = t.__new__(t)
+        object.__setattr__(copy, "__dict__", fresh_copy(value.__dict__))
+        object.__setattr__(copy, "__pydantic_fields_set__", set(value.__pydantic_fields_set__))
+        object.__setattr__(copy, "__pydantic_extra__", fresh_copy(value.__pydantic_extra__))
+        object.__setattr__(copy, "__pydantic_private__", None)
+        return copy
+    return deepcopy(value)
+
+
+class ValueMemo:
+    """Decoded values by key, bounded by their encoded size; callers get fresh copies.
+
+    Rows are immutable once written (a version names one value), so an entry
+    never goes stale; it only leaves by eviction.
+    """
+
+    def __init__(self, max_bytes: int) -> None:
+        self.max_bytes = max_bytes
+        self._entries: OrderedDict[ValueKey, tuple[Any, int]] = OrderedDict()
+        self._bytes = 0
+        self._lock = threading.Lock()  # guards the dict only, never held across I/O
+
+    def keys_of(self, thread_id: str, checkpoint_ns: str) -> list[ValueKey]:
+        with self._lock:
+            return [k for k in self._entries if k[0] == thread_id and k[1] == checkpoint_ns]
+
+    def get(self, key: ValueKey) -> tuple[bool, Any]:
+        with self._lock:
+            entry = self._entries.get(key)
+            if entry is None:
+                return False, None
+            self._entries.move_to_end(key)
+        return True, fresh_copy(entry[0])
+
+    def put(self, key: ValueKey, value: Any, size: int) -> None:
+        if size > self.max_bytes:
+            return
+        private = fresh_copy(value)
+        with self._lock:
+            old = self._entries.pop(key, None)
+            if old is not None:
+                self._bytes -= old[1]
+            self._entries[key] = (private, size)
+            self._bytes += size
+            while self._bytes > self.max_bytes:
+                _, (_, evicted) = self._entries.popitem(last=False)
+                self._bytes -= evicted
+
+    def forget_threads(self, thread_ids: Iterable[str]) -> None:
+        threads = set(thread_ids)
+        with self._lock:
+            for key in [k for k in self._entries if k[0] in threads]:
+                self._bytes -= self._entries.pop(key)[1]
