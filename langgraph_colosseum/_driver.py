@@ -1,5 +1,12 @@
 """Performing one request on one psycopg connection: the sync and async twins.
 
+Reads are not prepared (`Query.prepare` is False): a generic plan cached while a
+thread's tables were small keeps scanning after they grow (measured: get_tuple
+3x slower on a fresh database), and planning them costs a fraction of a
+millisecond. The hot writes, `put` and `put_writes`, are primary-key operations
+whose generic plans stay right; they follow psycopg's prepare policy, so a user
+behind an old PgBouncer in transaction mode sets `prepare_threshold=None`.
+
 These are the only places that touch a connection; keep them side by side so
 a change to one is made to the other.
 """
@@ -12,12 +19,6 @@ from typing import Any
 import psycopg
 
 from langgraph_colosseum._core.io import Query, Request, Transaction
-
-# Statements are never prepared. A generic plan cached while a thread's tables
-# were small keeps seq-scanning after they grow (measured: get_tuple 3x slower
-# on a fresh database), planning costs a fraction of a millisecond, and
-# PgBouncer in transaction mode cannot carry prepared statements anyway.
-PREPARE = False
 
 logger = logging.getLogger("langgraph_colosseum")
 
@@ -36,26 +37,26 @@ def is_connection_failure(exc: BaseException, conn: Any) -> bool:
 def perform(conn: psycopg.Connection, request: Request) -> Any:
     if isinstance(request, Query):
         if conn.autocommit:
-            cursor = conn.execute(request.sql, request.params, prepare=PREPARE)
+            cursor = conn.execute(request.sql, request.params, prepare=request.prepare)
         else:
             with conn.transaction():
-                cursor = conn.execute(request.sql, request.params, prepare=PREPARE)
+                cursor = conn.execute(request.sql, request.params, prepare=request.prepare)
         return cursor.fetchall() if request.fetch else None
     assert isinstance(request, Transaction)
     with conn.pipeline(), conn.transaction():
-        cursors = [conn.execute(q.sql, q.params, prepare=PREPARE) for q in request.queries]
+        cursors = [conn.execute(q.sql, q.params, prepare=q.prepare) for q in request.queries]
     return [c.fetchall() if q.fetch else None for c, q in zip(cursors, request.queries)]
 
 
 async def aperform(conn: psycopg.AsyncConnection, request: Request) -> Any:
     if isinstance(request, Query):
         if conn.autocommit:
-            cursor = await conn.execute(request.sql, request.params, prepare=PREPARE)
+            cursor = await conn.execute(request.sql, request.params, prepare=request.prepare)
         else:
             async with conn.transaction():
-                cursor = await conn.execute(request.sql, request.params, prepare=PREPARE)
+                cursor = await conn.execute(request.sql, request.params, prepare=request.prepare)
         return await cursor.fetchall() if request.fetch else None
     assert isinstance(request, Transaction)
     async with conn.pipeline(), conn.transaction():
-        cursors = [await conn.execute(q.sql, q.params, prepare=PREPARE) for q in request.queries]
+        cursors = [await conn.execute(q.sql, q.params, prepare=q.prepare) for q in request.queries]
     return [await c.fetchall() if q.fetch else None for c, q in zip(cursors, request.queries)]

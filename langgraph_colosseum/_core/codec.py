@@ -407,7 +407,11 @@ def _revive_class(data: dict, registry: TypeRegistry, kind: str) -> type:
 
 def _decode_model(data: dict, registry: TypeRegistry) -> Any:
     cls = _revive_class(data, registry, "model")
-    fields = _decode_fields(data["v"], registry)
+    decoded = _decode_fields(data["v"], registry)
+    # jsonb keeps object keys in an order of its own: put the fields back in
+    # the model's declared order, so the model (and its dumps) is as it was.
+    fields = {name: decoded.pop(name) for name in cls.model_fields if name in decoded}
+    fields.update(decoded)
     fields_set = set(data["set"]) if "set" in data else set(fields)
     extra = _decode(data["extra"], registry) if "extra" in data else None
     if extra is None and cls.model_config.get("extra") == "allow":

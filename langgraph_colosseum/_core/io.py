@@ -23,6 +23,10 @@ class Query(NamedTuple):
     sql: str
     params: Mapping[str, Any] | None = None
     fetch: bool = True
+    # None: psycopg's policy (prepared after a few runs, per the connection's
+    # prepare_threshold). False: planned afresh each time; for statements whose
+    # best plan depends on how big the thread has grown (see _driver.py).
+    prepare: bool | None = False
 
 
 class Transaction(NamedTuple):

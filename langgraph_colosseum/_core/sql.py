@@ -167,10 +167,14 @@ WITH input AS (
          AS u(channel, version, encoding, value, value_bytes, value_type, base_version, depth)
 ),
 bases AS (
-    SELECT b.channel, b.version FROM colosseum_channel_values b
-    JOIN input i ON b.channel = i.channel AND b.version = i.base_version
-    WHERE b.thread_id = %(thread_id)s AND b.checkpoint_ns = %(checkpoint_ns)s
-    FOR KEY SHARE OF b
+    SELECT b.channel, b.version FROM input i
+    CROSS JOIN LATERAL (
+        SELECT b.channel, b.version FROM colosseum_channel_values b
+        WHERE b.thread_id = %(thread_id)s AND b.checkpoint_ns = %(checkpoint_ns)s
+          AND b.channel = i.channel AND b.version = i.base_version
+        LIMIT 1
+        FOR KEY SHARE
+    ) AS b
 ),
 missing AS (
     SELECT i.channel FROM input i

@@ -373,7 +373,9 @@ class CheckpointStore:
             "channels": list(new_versions),
             "versions": [str(v) for v in new_versions.values()],
         }
-        ((missing_bases, inserted),) = yield Query(sql.PUT, {**params, **_value_columns(planned)})
+        ((missing_bases, inserted),) = yield Query(
+            sql.PUT, {**params, **_value_columns(planned)}, prepare=None
+        )
         if missing_bases:
             # A base this process remembered was pruned meanwhile: nothing was
             # written; forget those bases and write those channels in full.
@@ -472,7 +474,7 @@ class CheckpointStore:
             "channels": [channel for channel, _ in by_idx.values()],
             **columns(stored),
         }
-        yield Query(sql.PUT_WRITES, params, fetch=False)
+        yield Query(sql.PUT_WRITES, params, fetch=False, prepare=None)
 
     # ------------------------------------------------------------ maintenance
 

@@ -44,15 +44,15 @@ def register_app_types(saver: ColosseumSaver) -> None:
         saver.register_type(cls)
 
 
-def put_value(
-    saver: ColosseumSaver, thread_id: str, channels: dict[str, Any]
-) -> tuple[dict, dict]:
+def put_value(saver: ColosseumSaver, thread_id: str, channels: dict[str, Any]) -> tuple[dict, dict]:
     """Put one checkpoint holding `channels`; return (checkpoint, stored config)."""
     checkpoint = empty_checkpoint()
     checkpoint["channel_values"] = dict(channels)
     checkpoint["channel_versions"] = {ch: saver.get_next_version(None, None) for ch in channels}
     config = {"configurable": {"thread_id": thread_id, "checkpoint_ns": ""}}
-    stored = saver.put(config, checkpoint, {"source": "input", "step": -1}, checkpoint["channel_versions"])
+    stored = saver.put(
+        config, checkpoint, {"source": "input", "step": -1}, checkpoint["channel_versions"]
+    )
     return checkpoint, stored
 
 
@@ -98,7 +98,11 @@ def test_channel_values_and_writes_roundtrip_through_jsonb(
 
 
 @ROUNDTRIP_SETTINGS
-@given(state=st.dictionaries(st.sampled_from(["a", "b", "messages", "$t", "é", "__pregel_tasks"]), values, max_size=3))
+@given(
+    state=st.dictionaries(
+        st.sampled_from(["a", "b", "messages", "$t", "é", "__pregel_tasks"]), values, max_size=3
+    )
+)
 def test_many_channels_roundtrip(saver: ColosseumSaver, state: dict[str, Any]) -> None:
     register_app_types(saver)
     thread_id = f"rt-{uuid.uuid4()}"
@@ -141,7 +145,7 @@ def test_values_are_queryable_jsonb(saver: ColosseumSaver, pg_url: str) -> None:
             "JOIN colosseum_channel_values v ON v.thread_id = c.thread_id "
             " AND v.checkpoint_ns = c.checkpoint_ns AND v.channel = 'portfolio' "
             " AND v.version = c.checkpoint -> 'channel_versions' ->> 'portfolio' "
-            "WHERE v.value @> '{\"ticker\": \"AAPL\"}'::jsonb"
+            'WHERE v.value @> \'{"ticker": "AAPL"}\'::jsonb'
         ).fetchall()
         assert checkpoint_ids == [(stored["configurable"]["checkpoint_id"],)]
         assert conn.execute(
@@ -169,7 +173,10 @@ def test_unexpressible_value_falls_back_to_serde(saver: ColosseumSaver, pg_url: 
     # constructed on read, its data comes back as plain fields; nothing is lost.
     got = saver.get_tuple(stored)
     assert got is not None
-    assert got.checkpoint["channel_values"]["state"] == {"pos": {"ticker": "AAPL", "lots": [1, 2]}, "n": 1}
+    assert got.checkpoint["channel_values"]["state"] == {
+        "pos": {"ticker": "AAPL", "lots": [1, 2]},
+        "n": 1,
+    }
     assert got.pending_writes == [("t", "w", {"ticker": "MSFT", "lots": []})]
 
     # Registering the class lets the same stored bytes revive exactly.
@@ -248,7 +255,9 @@ ENCRYPTED_STATE = {
     "portfolio": {"ticker": "AAPL", "qty": 10},
     "messages": [
         HumanMessage("buy AAPL", id="h1"),
-        AIMessage("", id="a1", tool_calls=[{"name": "buy", "args": {"ticker": "AAPL"}, "id": "c1"}]),
+        AIMessage(
+            "", id="a1", tool_calls=[{"name": "buy", "args": {"ticker": "AAPL"}, "id": "c1"}]
+        ),
     ],
     "when": dt.datetime(2024, 5, 1, 9, 30, tzinfo=dt.timezone(dt.timedelta(hours=-4))),
     "send": Send("worker", {"n": 1}),

@@ -19,8 +19,14 @@ from langgraph_colosseum import AsyncColosseumSaver, ColosseumSaver
 from tests.conftest import truncate
 
 ALL_CAPABILITIES = {
-    "put", "put_writes", "get_tuple", "list",
-    "delete_thread", "delete_for_runs", "copy_thread", "prune",
+    "put",
+    "put_writes",
+    "get_tuple",
+    "list",
+    "delete_thread",
+    "delete_for_runs",
+    "copy_thread",
+    "prune",
 }
 
 
@@ -73,9 +79,7 @@ async def test_conformance_all_capabilities(pg_url: str, driver: str) -> None:
                 yield BlockingAsAsync(saver)
 
     report = await validate(factory, progress=ProgressCallbacks.verbose())
-    failures = {
-        name: result.failures for name, result in report.results.items() if result.failures
-    }
+    failures = {name: result.failures for name, result in report.results.items() if result.failures}
     assert not failures, failures
     detected = {name for name, result in report.results.items() if result.detected}
     assert detected == ALL_CAPABILITIES

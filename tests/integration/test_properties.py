@@ -77,7 +77,9 @@ def normalize(t: CheckpointTuple | None) -> Any:
 
 
 def assert_same(expected: Any, actual: Any, what: str) -> None:
-    assert same(actual, expected), f"{what}\nInMemorySaver: {expected!r}\nColosseumSaver: {actual!r}"
+    assert same(actual, expected), (
+        f"{what}\nInMemorySaver: {expected!r}\nColosseumSaver: {actual!r}"
+    )
 
 
 class Model:
@@ -112,9 +114,7 @@ class Model:
             parent = self.draw(
                 st.one_of(st.just(lane[-1]), st.sampled_from(lane), st.none()), "parent"
             )
-        values, versions, seen = (
-            copy.deepcopy(self.states[parent]) if parent else ({}, {}, {})
-        )
+        values, versions, seen = copy.deepcopy(self.states[parent]) if parent else ({}, {}, {})
         changed = self.draw(st.lists(st.sampled_from(CHANNELS), unique=True, max_size=3), "changed")
         new_versions: dict[str, str] = {}
         for channel in changed:
@@ -150,10 +150,16 @@ class Model:
             config["metadata"] = {"run_id": self.draw(st.sampled_from(["run-1", "run-2"]), "run")}
 
         expected = self.ref.put(
-            copy.deepcopy(config), copy.deepcopy(checkpoint), copy.deepcopy(metadata), dict(new_versions)
+            copy.deepcopy(config),
+            copy.deepcopy(checkpoint),
+            copy.deepcopy(metadata),
+            dict(new_versions),
         )
         actual = self.saver.put(
-            copy.deepcopy(config), copy.deepcopy(checkpoint), copy.deepcopy(metadata), dict(new_versions)
+            copy.deepcopy(config),
+            copy.deepcopy(checkpoint),
+            copy.deepcopy(metadata),
+            dict(new_versions),
         )
         assert actual == expected
         self.checkpoints.append((thread, ns, checkpoint_id))
@@ -164,7 +170,9 @@ class Model:
         thread, ns, checkpoint_id = self.draw(st.sampled_from(self.checkpoints), "target")
         task_id = self.draw(st.sampled_from(TASKS), "task_id")
         task_path = self.draw(st.sampled_from(TASK_PATHS), "task_path")
-        channels = self.draw(st.lists(st.sampled_from(WRITE_CHANNELS), min_size=1, max_size=4), "channels")
+        channels = self.draw(
+            st.lists(st.sampled_from(WRITE_CHANNELS), min_size=1, max_size=4), "channels"
+        )
         writes = [(c, self.draw(channel_values, f"write to {c}")) for c in channels]
         config = self.config(thread, ns, checkpoint_id)
         self.ref.put_writes(copy.deepcopy(config), copy.deepcopy(writes), task_id, task_path)
@@ -221,7 +229,12 @@ class Model:
             filter_ = self.draw_filter()
             before = None
             if ids and self.draw(st.booleans(), "before?"):
-                before = {"configurable": {"thread_id": thread, "checkpoint_id": self.draw(st.sampled_from(ids), "before id")}}
+                before = {
+                    "configurable": {
+                        "thread_id": thread,
+                        "checkpoint_id": self.draw(st.sampled_from(ids), "before id"),
+                    }
+                }
             limit = self.draw(st.none() | st.integers(0, 4), "limit")
             config = self.config(thread, ns)
             if ids and self.draw(st.integers(0, 5), "list by id?") == 0:
@@ -235,13 +248,30 @@ class Model:
             # only the set of tuples (no limit) is comparable.
             thread_config = {"configurable": {"thread_id": thread}}
             key = lambda n: (n["config"]["configurable"]["checkpoint_ns"], n["checkpoint"]["id"])  # noqa: E731
-            expected = sorted((normalize(t) for t in self.ref.list(thread_config, filter=filter_, before=before)), key=key)
-            actual = sorted((normalize(t) for t in self.saver.list(thread_config, filter=filter_, before=before)), key=key)
-            assert_same(expected, actual, f"list({thread_config}, filter={filter_}, before={before})")
+            expected = sorted(
+                (normalize(t) for t in self.ref.list(thread_config, filter=filter_, before=before)),
+                key=key,
+            )
+            actual = sorted(
+                (
+                    normalize(t)
+                    for t in self.saver.list(thread_config, filter=filter_, before=before)
+                ),
+                key=key,
+            )
+            assert_same(
+                expected, actual, f"list({thread_config}, filter={filter_}, before={before})"
+            )
 
             # Across all threads: compare the ids only.
-            expected_ids = {t.config["configurable"]["checkpoint_id"] for t in self.ref.list(None, filter=filter_)}
-            actual_ids = {t.config["configurable"]["checkpoint_id"] for t in self.saver.list(None, filter=filter_)}
+            expected_ids = {
+                t.config["configurable"]["checkpoint_id"]
+                for t in self.ref.list(None, filter=filter_)
+            }
+            actual_ids = {
+                t.config["configurable"]["checkpoint_id"]
+                for t in self.saver.list(None, filter=filter_)
+            }
             assert actual_ids == expected_ids, f"list(None, filter={filter_})"
 
 
@@ -251,7 +281,9 @@ class Model:
     suppress_health_check=[HealthCheck.function_scoped_fixture, HealthCheck.too_slow],
 )
 @given(data=st.data())
-def test_colosseum_matches_inmemory(saver: ColosseumSaver, pg_url: str, data: st.DataObject) -> None:
+def test_colosseum_matches_inmemory(
+    saver: ColosseumSaver, pg_url: str, data: st.DataObject
+) -> None:
     truncate(pg_url)
     model = Model(saver, data)
     for _ in range(data.draw(st.integers(1, 14), label="steps")):
@@ -269,11 +301,18 @@ def _two_savers(saver: ColosseumSaver) -> tuple[InMemorySaver, dict]:
     ref = InMemorySaver(serde=PickleSerde())
     config = {"configurable": {"thread_id": "single", "checkpoint_ns": ""}}
     checkpoint = {
-        "v": 4, "id": "1ef00000-0000-6000-8000-000000000001", "ts": "2024-01-01T00:00:00+00:00",
-        "channel_values": {}, "channel_versions": {}, "versions_seen": {}, "updated_channels": None,
+        "v": 4,
+        "id": "1ef00000-0000-6000-8000-000000000001",
+        "ts": "2024-01-01T00:00:00+00:00",
+        "channel_values": {},
+        "channel_versions": {},
+        "versions_seen": {},
+        "updated_channels": None,
     }
     for s in (ref, saver):
-        stored = s.put(copy.deepcopy(config), copy.deepcopy(checkpoint), {"source": "input", "step": -1}, {})
+        stored = s.put(
+            copy.deepcopy(config), copy.deepcopy(checkpoint), {"source": "input", "step": -1}, {}
+        )
     return ref, stored
 
 
@@ -282,7 +321,9 @@ def test_duplicate_special_write_in_one_call(saver: ColosseumSaver) -> None:
     writes = [("__interrupt__", "first"), ("a", 1), ("__interrupt__", "second")]
     ref.put_writes(stored, writes, "task-1")
     saver.put_writes(stored, writes, "task-1")
-    assert_same(normalize(ref.get_tuple(stored)), normalize(saver.get_tuple(stored)), "duplicate special")
+    assert_same(
+        normalize(ref.get_tuple(stored)), normalize(saver.get_tuple(stored)), "duplicate special"
+    )
 
 
 def test_list_filter_none_matches_missing_key(saver: ColosseumSaver) -> None:

@@ -41,19 +41,50 @@ def malicious_payloads(witness: Path) -> dict[str, Any]:
     touch = ["touch", str(witness)]
     return {
         "model-os-system": {"$t": "model", "cls": "os:system", "v": {}},
-        "dataclass-popen": {"$t": "dataclass", "cls": "subprocess:Popen", "v": {"args": f"touch {witness}"}},
+        "dataclass-popen": {
+            "$t": "dataclass",
+            "cls": "subprocess:Popen",
+            "v": {"args": f"touch {witness}"},
+        },
         "enum-unknown-module": {"$t": "enum", "cls": f"{UNKNOWN_MODULE}:Thing", "v": 1},
         "unknown-tag": {"$t": "os.system", "v": f"touch {witness}"},
         "namedtuple-popen": {"$t": "namedtuple", "cls": "subprocess:Popen", "v": [touch]},
-        "send-eval": {"$t": "send", "cls": "builtins:eval", "v": {"node": "__import__('os')", "arg": 1, "timeout": None}},
-        "model-unknown-module": {"$t": "model", "cls": f"{UNKNOWN_MODULE}.sub:Model", "v": {"a": 1}},
-        "dataclass-dotted-name": {"$t": "dataclass", "cls": "subprocess.Popen", "v": {"args": touch}},
-        "cls-not-a-string": {"$t": "dataclass", "cls": ["subprocess", "Popen"], "v": {"args": touch}},
-        "nested-deep": {"ok": [1, {"fine": {"$t": "model", "cls": "os:system", "v": {"command": f"touch {witness}"}}}]},
+        "send-eval": {
+            "$t": "send",
+            "cls": "builtins:eval",
+            "v": {"node": "__import__('os')", "arg": 1, "timeout": None},
+        },
+        "model-unknown-module": {
+            "$t": "model",
+            "cls": f"{UNKNOWN_MODULE}.sub:Model",
+            "v": {"a": 1},
+        },
+        "dataclass-dotted-name": {
+            "$t": "dataclass",
+            "cls": "subprocess.Popen",
+            "v": {"args": touch},
+        },
+        "cls-not-a-string": {
+            "$t": "dataclass",
+            "cls": ["subprocess", "Popen"],
+            "v": {"args": touch},
+        },
+        "nested-deep": {
+            "ok": [
+                1,
+                {"fine": {"$t": "model", "cls": "os:system", "v": {"command": f"touch {witness}"}}},
+            ]
+        },
         # A registered class must not be revived through another kind's constructor.
-        "registered-class-wrong-kind": {"$t": "enum", "cls": "langgraph.types:Send", "v": f"touch {witness}"},
+        "registered-class-wrong-kind": {
+            "$t": "enum",
+            "cls": "langgraph.types:Send",
+            "v": f"touch {witness}",
+        },
         "registered-model-as-dataclass": {
-            "$t": "dataclass", "cls": "langchain_core.messages.human:HumanMessage", "v": {"content": "x"},
+            "$t": "dataclass",
+            "cls": "langchain_core.messages.human:HumanMessage",
+            "v": {"content": "x"},
         },
     }
 
@@ -81,7 +112,12 @@ def insert_checkpoint(conn: psycopg.Connection, document: dict, metadata: Any = 
         "INSERT INTO colosseum_checkpoints (thread_id, checkpoint_ns, checkpoint_id, "
         "parent_checkpoint_id, run_id, checkpoint, metadata) "
         "VALUES (%s, '', %s, NULL, NULL, %s::jsonb, %s::jsonb)",
-        (THREAD, document["id"], json.dumps(document), json.dumps(metadata or {"source": "input", "step": -1})),
+        (
+            THREAD,
+            document["id"],
+            json.dumps(document),
+            json.dumps(metadata or {"source": "input", "step": -1}),
+        ),
     )
 
 
@@ -150,7 +186,9 @@ def assert_nothing_happened(wires: Tripwires, witness: Path) -> None:
     assert wires.system == []
     assert not witness.exists()
     assert UNKNOWN_MODULE not in sys.modules
-    assert not [name for name in wires.imports if UNKNOWN_MODULE in name or name.startswith("subprocess")]
+    assert not [
+        name for name in wires.imports if UNKNOWN_MODULE in name or name.startswith("subprocess")
+    ]
 
 
 def read_all_ways(saver: ColosseumSaver) -> list[CorruptRowError]:
@@ -159,7 +197,13 @@ def read_all_ways(saver: ColosseumSaver) -> list[CorruptRowError]:
     reads = [
         lambda: saver.get_tuple({"configurable": {"thread_id": THREAD, "checkpoint_ns": ""}}),
         lambda: saver.get_tuple(
-            {"configurable": {"thread_id": THREAD, "checkpoint_ns": "", "checkpoint_id": CHECKPOINT_ID}}
+            {
+                "configurable": {
+                    "thread_id": THREAD,
+                    "checkpoint_ns": "",
+                    "checkpoint_id": CHECKPOINT_ID,
+                }
+            }
         ),
         lambda: list(saver.list({"configurable": {"thread_id": THREAD}})),
         lambda: list(saver.list(None)),
@@ -256,7 +300,9 @@ def test_malicious_metadata(
     assert_nothing_happened(tripwires, witness)
 
 
-def test_untrusted_class_is_reported_as_such(saver: ColosseumSaver, pg_url: str, tripwires: Tripwires) -> None:
+def test_untrusted_class_is_reported_as_such(
+    saver: ColosseumSaver, pg_url: str, tripwires: Tripwires
+) -> None:
     witness = witness_path()
     with psycopg.connect(pg_url, autocommit=True) as conn:
         insert_checkpoint(conn, checkpoint_document({CHANNEL: VERSION}))
@@ -334,7 +380,9 @@ def get_latest_with_deadline(saver: ColosseumSaver, pg_url: str) -> Any:
 
     def read() -> None:
         try:
-            outcome["result"] = saver.get_tuple({"configurable": {"thread_id": THREAD, "checkpoint_ns": ""}})
+            outcome["result"] = saver.get_tuple(
+                {"configurable": {"thread_id": THREAD, "checkpoint_ns": ""}}
+            )
         except BaseException as exc:  # handed to the test thread
             outcome["error"] = exc
 
@@ -357,7 +405,9 @@ def get_latest_with_deadline(saver: ColosseumSaver, pg_url: str) -> Any:
     return outcome["result"]
 
 
-def test_control_delta_rows_built_the_same_way_read_fine(saver: ColosseumSaver, pg_url: str) -> None:
+def test_control_delta_rows_built_the_same_way_read_fine(
+    saver: ColosseumSaver, pg_url: str
+) -> None:
     with psycopg.connect(pg_url, autocommit=True) as conn:
         insert_checkpoint(conn, checkpoint_document({CHANNEL: "v3"}))
         insert_full_value(conn, "v1", [1])
@@ -374,7 +424,9 @@ def test_control_delta_rows_built_the_same_way_read_fine(saver: ColosseumSaver, 
     assert got is not None and got.checkpoint["channel_values"] == {CHANNEL: [1, (2,), 3]}
 
 
-@pytest.mark.parametrize("payload_id", ["model-os-system", "dataclass-popen", "enum-unknown-module", "unknown-tag"])
+@pytest.mark.parametrize(
+    "payload_id", ["model-os-system", "dataclass-popen", "enum-unknown-module", "unknown-tag"]
+)
 @pytest.mark.parametrize("encoding", ["append", "merge"])
 def test_malicious_delta_payload(
     saver: ColosseumSaver, pg_url: str, tripwires: Tripwires, payload_id: str, encoding: str
@@ -388,7 +440,9 @@ def test_malicious_delta_payload(
             insert_delta_value(conn, "v2", "append", [payload], base_version="v1")
         else:
             insert_full_value(conn, "v1", {"a": 1})
-            insert_delta_value(conn, "v2", "merge", {"set": {"b": payload}, "del": []}, base_version="v1")
+            insert_delta_value(
+                conn, "v2", "merge", {"set": {"b": payload}, "del": []}, base_version="v1"
+            )
     for error in read_all_ways(saver):
         assert_names_location(error, CHANNEL)
     assert_nothing_happened(tripwires, witness)
@@ -413,13 +467,22 @@ def test_malicious_payload_in_the_base_of_a_delta(
         # (version, encoding, value, base_version); the checkpoint names "v2".
         [("v2", "append", [1], "v1")],  # the base is missing
         [("v1", "json", {"a": 1}, None), ("v2", "append", [1], "v1")],  # append onto a dict
-        [("v1", "json", [1], None), ("v2", "merge", {"set": {}, "del": []}, "v1")],  # merge onto a list
+        [
+            ("v1", "json", [1], None),
+            ("v2", "merge", {"set": {}, "del": []}, "v1"),
+        ],  # merge onto a list
         [("v1", "json", {"a": 1}, None), ("v2", "merge", {"oops": 1}, "v1")],  # malformed merge
         [("v1", "json", [1], None), ("v2", "append", {"not": "a list"}, "v1")],  # malformed append
         [("v1", "empty", None, None), ("v2", "append", [1], "v1")],  # append onto a cleared channel
     ],
-    ids=["missing-base", "append-onto-dict", "merge-onto-list", "malformed-merge",
-         "malformed-append", "append-onto-empty"],
+    ids=[
+        "missing-base",
+        "append-onto-dict",
+        "merge-onto-list",
+        "malformed-merge",
+        "malformed-append",
+        "append-onto-empty",
+    ],
 )
 def test_broken_delta_chain(saver: ColosseumSaver, pg_url: str, rows: list[tuple]) -> None:
     with psycopg.connect(pg_url, autocommit=True) as conn:
@@ -429,7 +492,13 @@ def test_broken_delta_chain(saver: ColosseumSaver, pg_url: str, rows: list[tuple
                 conn.execute(
                     "INSERT INTO colosseum_channel_values (thread_id, checkpoint_ns, channel, "
                     "version, encoding, value) VALUES (%s, '', %s, %s, %s, %s::jsonb)",
-                    (THREAD, CHANNEL, version, encoding, None if value is None else json.dumps(value)),
+                    (
+                        THREAD,
+                        CHANNEL,
+                        version,
+                        encoding,
+                        None if value is None else json.dumps(value),
+                    ),
                 )
             else:
                 insert_delta_value(conn, version, encoding, value, base_version=base)
@@ -459,7 +528,9 @@ def test_delta_base_cycle_is_reported_not_looped(
     assert info.value.channel == CHANNEL
 
 
-def test_delta_base_cycle_in_list_is_reported_not_looped(pg_url: str, saver: ColosseumSaver) -> None:
+def test_delta_base_cycle_in_list_is_reported_not_looped(
+    pg_url: str, saver: ColosseumSaver
+) -> None:
     """`list` fetches value chains separately, then walks them in Python.
 
     Run in a child process: a walk that never ends cannot be interrupted inside
@@ -493,6 +564,8 @@ with ColosseumSaver.from_conn_string({pg_url!r}, pool_size=1) as saver:
     except subprocess.TimeoutExpired:
         child.kill()
         child.communicate()
-        pytest.fail(f"list() did not return within {READ_TIMEOUT_S:.0f}s on a delta base cycle (killed)")
+        pytest.fail(
+            f"list() did not return within {READ_TIMEOUT_S:.0f}s on a delta base cycle (killed)"
+        )
     assert ready.strip() == "ready", err
     assert out.strip() == f"CorruptRowError {CHANNEL}", (out, err)

@@ -160,9 +160,7 @@ def same(a: Any, b: Any) -> bool:
             and same(a.__pydantic_extra__, b.__pydantic_extra__)
         )
     if dataclasses.is_dataclass(a):
-        return all(
-            same(getattr(a, f.name), getattr(b, f.name)) for f in dataclasses.fields(a)
-        )
+        return all(same(getattr(a, f.name), getattr(b, f.name)) for f in dataclasses.fields(a))
     if t is Send:
         return same(a.node, b.node) and same(a.arg, b.arg) and same(a.timeout, b.timeout)
     return bool(a == b)
@@ -189,13 +187,42 @@ def test_same_helper_is_strict() -> None:
 # --------------------------------------------------------------- strategies
 
 SPECIAL_FLOATS = [
-    math.nan, math.inf, -math.inf, -0.0, 0.0, 1e16, -1e16, 1e15, 999999999999999.0,
-    5e-324, -5e-324, 2.2250738585072014e-308, 1.7976931348623157e308, 0.1, 1e-7,
-    2.0**53, 2.0**53 + 2, 1e15 + 0.5, 123.0,
+    math.nan,
+    math.inf,
+    -math.inf,
+    -0.0,
+    0.0,
+    1e16,
+    -1e16,
+    1e15,
+    999999999999999.0,
+    5e-324,
+    -5e-324,
+    2.2250738585072014e-308,
+    1.7976931348623157e308,
+    0.1,
+    1e-7,
+    2.0**53,
+    2.0**53 + 2,
+    1e15 + 0.5,
+    123.0,
 ]
 SPECIAL_INTS = [0, 2**63 - 1, -(2**63), 2**63, -(2**63) - 1, 2**64, 10**100, -(10**300)]
-SPECIAL_TEXT = ["", "\x00", "a\x00b", "\x00\x00", "\ud800", "x\udfffy", "\ud83d\ude00",
-                "\ud800\x00\udc00", "$t", "null", "\u2028", "é", "😀"]
+SPECIAL_TEXT = [
+    "",
+    "\x00",
+    "a\x00b",
+    "\x00\x00",
+    "\ud800",
+    "x\udfffy",
+    "\ud83d\ude00",
+    "\ud800\x00\udc00",
+    "$t",
+    "null",
+    "\u2028",
+    "é",
+    "😀",
+]
 
 floats = st.floats() | st.sampled_from(SPECIAL_FLOATS)
 finite_floats = st.floats(allow_nan=False) | st.sampled_from(
@@ -205,17 +232,20 @@ finite_floats = st.floats(allow_nan=False) | st.sampled_from(
 # print (built lazily: hypothesis reprs its strategies, and repr() would fail).
 huge_ints = st.sampled_from([1, -1]).map(lambda sign: sign * 2**20000)
 ints = st.integers() | st.sampled_from(SPECIAL_INTS) | st.integers(-(2**200), 2**200) | huge_ints
-texts = st.text(st.characters() | st.sampled_from(["\x00", "\ud800", "\udbff", "\udc00", "\udfff"]),
-                max_size=8) | st.sampled_from(SPECIAL_TEXT)
+texts = st.text(
+    st.characters() | st.sampled_from(["\x00", "\ud800", "\udbff", "\udc00", "\udfff"]), max_size=8
+) | st.sampled_from(SPECIAL_TEXT)
 # Whole-second offsets (real zones have those: LMT is e.g. -04:56:02), plus a
 # few sub-second ones; CPython's fromisoformat misreads offsets under one second.
 fixed_offsets = st.integers(-86399, 86399).map(
     lambda s: dt.timezone(dt.timedelta(seconds=s))
-) | st.sampled_from([
-    dt.timezone.utc,
-    dt.timezone(dt.timedelta(hours=5, microseconds=3)),
-    dt.timezone(dt.timedelta(hours=-23, minutes=-59, seconds=-59, microseconds=-999999)),
-])
+) | st.sampled_from(
+    [
+        dt.timezone.utc,
+        dt.timezone(dt.timedelta(hours=5, microseconds=3)),
+        dt.timezone(dt.timedelta(hours=-23, minutes=-59, seconds=-59, microseconds=-999999)),
+    ]
+)
 # Zoneinfo datetimes over the whole range, including wall times a DST change
 # skips (allow_imaginary) or repeats (fold).
 zoned_datetimes = st.datetimes(timezones=st.timezones(), allow_imaginary=True)
@@ -223,16 +253,26 @@ datetimes = st.one_of(
     st.datetimes(),
     st.datetimes(timezones=fixed_offsets),
     zoned_datetimes,
-    st.sampled_from([
-        dt.datetime(2023, 11, 5, 1, 30, fold=0, tzinfo=ZoneInfo("America/New_York")),
-        dt.datetime(2023, 11, 5, 1, 30, fold=1, tzinfo=ZoneInfo("America/New_York")),
-        dt.datetime(2024, 6, 1, 12, 0, tzinfo=ZoneInfo("UTC")),
-    ]),
+    st.sampled_from(
+        [
+            dt.datetime(2023, 11, 5, 1, 30, fold=0, tzinfo=ZoneInfo("America/New_York")),
+            dt.datetime(2023, 11, 5, 1, 30, fold=1, tzinfo=ZoneInfo("America/New_York")),
+            dt.datetime(2024, 6, 1, 12, 0, tzinfo=ZoneInfo("UTC")),
+        ]
+    ),
 )
 times = st.times() | st.times(timezones=fixed_offsets)
 decimals = st.decimals(allow_nan=True, allow_infinity=True) | st.sampled_from(
-    [Decimal("NaN"), Decimal("-NaN"), Decimal("sNaN"), Decimal("NaN123"), Decimal("-0"),
-     Decimal("1.000"), Decimal("1E+400"), Decimal("-Infinity")]
+    [
+        Decimal("NaN"),
+        Decimal("-NaN"),
+        Decimal("sNaN"),
+        Decimal("NaN123"),
+        Decimal("-0"),
+        Decimal("1.000"),
+        Decimal("1E+400"),
+        Decimal("-Infinity"),
+    ]
 )
 finite_decimals = st.decimals(allow_nan=False, allow_infinity=True)
 names = st.text("abcxyz_", min_size=1, max_size=6)
@@ -240,8 +280,17 @@ names = st.text("abcxyz_", min_size=1, max_size=6)
 # Everything hashable: set members and non-str dict keys. No NaN (NaN is not
 # found again by hash lookup, so sets and keys holding it cannot be compared).
 hashable_leaves = st.one_of(
-    st.none(), st.booleans(), ints, finite_floats, texts, st.binary(max_size=8),
-    finite_decimals, st.uuids(), st.dates(), st.timedeltas(), st.datetimes(timezones=fixed_offsets),
+    st.none(),
+    st.booleans(),
+    ints,
+    finite_floats,
+    texts,
+    st.binary(max_size=8),
+    finite_decimals,
+    st.uuids(),
+    st.dates(),
+    st.timedeltas(),
+    st.datetimes(timezones=fixed_offsets),
     st.sampled_from(list(Color) + list(Priority)),
     st.tuples(names, st.integers(-5, 5)).map(lambda t: FrozenTag(*t)),
 )
@@ -256,12 +305,24 @@ hashables = st.recursive(
 )
 
 leaves = st.one_of(
-    st.none(), st.booleans(), ints, floats, texts, st.binary(max_size=16),
-    st.binary(max_size=16).map(bytearray), datetimes, st.dates(), times, st.timedeltas(),
-    st.uuids(), decimals, st.sampled_from(list(Color) + list(Priority)),
+    st.none(),
+    st.booleans(),
+    ints,
+    floats,
+    texts,
+    st.binary(max_size=16),
+    st.binary(max_size=16).map(bytearray),
+    datetimes,
+    st.dates(),
+    times,
+    st.timedeltas(),
+    st.uuids(),
+    decimals,
+    st.sampled_from(list(Color) + list(Priority)),
     st.tuples(names, st.integers(-5, 5)).map(lambda t: FrozenTag(*t)),
     names.map(lambda i: RemoveMessage(id=i)),
-    st.sets(hashables, max_size=4), st.frozensets(hashables, max_size=4),
+    st.sets(hashables, max_size=4),
+    st.frozensets(hashables, max_size=4),
 )
 str_keys = texts | st.sampled_from(["$t", "\x00", "k\x00", "v", "cls", "", "$t\x00"])
 
@@ -286,9 +347,12 @@ def _extend(children: st.SearchStrategy) -> st.SearchStrategy:
         st.tuples(texts, st.none() | names, str_dicts).map(
             lambda t: HumanMessage(content=t[0], id=t[1], additional_kwargs=t[2])
         ),
-        st.tuples(texts, st.none() | names, st.lists(st.tuples(names, str_dicts, names), max_size=2)).map(
+        st.tuples(
+            texts, st.none() | names, st.lists(st.tuples(names, str_dicts, names), max_size=2)
+        ).map(
             lambda t: AIMessage(
-                content=t[0], id=t[1],
+                content=t[0],
+                id=t[1],
                 tool_calls=[{"name": n, "args": a, "id": i} for n, a, i in t[2]],
             )
         ),
@@ -299,7 +363,8 @@ def _extend(children: st.SearchStrategy) -> st.SearchStrategy:
         st.tuples(children, names).map(lambda t: Interrupt(t[0], id=t[1])),
         st.tuples(children, children, st.lists(st.tuples(names, children), max_size=2) | names).map(
             lambda t: Command(
-                update=t[0], resume=t[1],
+                update=t[0],
+                resume=t[1],
                 goto=t[2] if isinstance(t[2], str) else [Send(n, a) for n, a in t[2]],
             )
         ),
@@ -356,28 +421,76 @@ def test_strings_never_carry_nul_or_lone_surrogates(value: str) -> None:
 @pytest.mark.parametrize(
     "value",
     [
-        None, True, False, 0, -1, 2**63 - 1, -(2**63), 2**63, -(2**63) - 1, 2**64, 10**100,
-        math.nan, math.inf, -math.inf, -0.0, 1e16, 5e-324, 1e15,
-        "\x00", "a\x00b\udc80c", "\ud800", b"\x00\xff", bytearray(b"ab"),
-        (), (1, (2, [3])), [(), [], {}], {1, 2, 3}, frozenset({"a", (1, 2)}), set(),
-        {"$t": "int", "v": "5"}, {"$t": "model", "cls": "os:system", "v": {}},
-        {"a\x00b": 1, "ok": 2}, {1: "a", (2, 3): "b", None: "c", "s": "d"},
-        {True: 1, 2: 2}, {frozenset({1}): {Decimal("1.5"): [b"x"]}},
-        dt.datetime(2024, 1, 2, 3, 4, 5, 6, tzinfo=dt.timezone(dt.timedelta(hours=-3, minutes=-30))),
+        None,
+        True,
+        False,
+        0,
+        -1,
+        2**63 - 1,
+        -(2**63),
+        2**63,
+        -(2**63) - 1,
+        2**64,
+        10**100,
+        math.nan,
+        math.inf,
+        -math.inf,
+        -0.0,
+        1e16,
+        5e-324,
+        1e15,
+        "\x00",
+        "a\x00b\udc80c",
+        "\ud800",
+        b"\x00\xff",
+        bytearray(b"ab"),
+        (),
+        (1, (2, [3])),
+        [(), [], {}],
+        {1, 2, 3},
+        frozenset({"a", (1, 2)}),
+        set(),
+        {"$t": "int", "v": "5"},
+        {"$t": "model", "cls": "os:system", "v": {}},
+        {"a\x00b": 1, "ok": 2},
+        {1: "a", (2, 3): "b", None: "c", "s": "d"},
+        {True: 1, 2: 2},
+        {frozenset({1}): {Decimal("1.5"): [b"x"]}},
+        dt.datetime(
+            2024, 1, 2, 3, 4, 5, 6, tzinfo=dt.timezone(dt.timedelta(hours=-3, minutes=-30))
+        ),
         dt.datetime(2024, 7, 1, 12, tzinfo=ZoneInfo("Europe/Paris")),
-        dt.datetime(2024, 1, 1), dt.date(1, 1, 1), dt.time(23, 59, 59, 999999),
-        dt.time(1, 2, tzinfo=dt.timezone.utc), dt.timedelta(days=-1, microseconds=1),
-        uuid.UUID(int=0), Decimal("3.14"), Decimal("-0.000"), Decimal("1E+999"), Decimal("NaN"),
-        Decimal("sNaN"), Decimal("-Infinity"),
-        Color.RED, Color.PAIR, Priority.HIGH,
-        Position(ticker="AAPL", qty=10), Position(ticker="X", payload={"$t": 1}),
-        Flexible(name="n", x_extra=(1, 2)), Point(1, {2}), FrozenTag("t", 3), Pair(1, (2,)),
+        dt.datetime(2024, 1, 1),
+        dt.date(1, 1, 1),
+        dt.time(23, 59, 59, 999999),
+        dt.time(1, 2, tzinfo=dt.timezone.utc),
+        dt.timedelta(days=-1, microseconds=1),
+        uuid.UUID(int=0),
+        Decimal("3.14"),
+        Decimal("-0.000"),
+        Decimal("1E+999"),
+        Decimal("NaN"),
+        Decimal("sNaN"),
+        Decimal("-Infinity"),
+        Color.RED,
+        Color.PAIR,
+        Priority.HIGH,
+        Position(ticker="AAPL", qty=10),
+        Position(ticker="X", payload={"$t": 1}),
+        Flexible(name="n", x_extra=(1, 2)),
+        Point(1, {2}),
+        FrozenTag("t", 3),
+        Pair(1, (2,)),
         HumanMessage("hi", id="h1"),
-        AIMessage("", tool_calls=[{"name": "buy", "args": {"ticker": "AAPL", "qty": 3}, "id": "c1"}]),
+        AIMessage(
+            "", tool_calls=[{"name": "buy", "args": {"ticker": "AAPL", "qty": 3}, "id": "c1"}]
+        ),
         ToolMessage("done", tool_call_id="c1", artifact={"rows": (1, 2)}),
         RemoveMessage(id="h1"),
-        Send("node", {"x": (1,)}), Interrupt({"q": "?"}, id="i1"),
-        Command(update={"a": 1}, resume="yes", goto=[Send("n", 1)]), Command(goto="end"),
+        Send("node", {"x": (1,)}),
+        Interrupt({"q": "?"}, id="i1"),
+        Command(update={"a": 1}, resume="yes", goto=[Send("n", 1)]),
+        Command(goto="end"),
         Overwrite([1, 2]),
     ],
     ids=repr,
