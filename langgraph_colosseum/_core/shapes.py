@@ -1,7 +1,8 @@
 """Reducer shapes: a channel's new value stored as what changed since a base version.
 
 * ``append``: the new list extends the base list (``add_messages``,
-  ``operator.add``): the row holds the tail.
+  ``operator.add``), or a DeltaChannel snapshot extends the previous one: the
+  row holds the tail.
 * ``merge``: the new dict is the base dict with some keys added, changed or
   removed: the row holds ``{"set": {...}, "del": [...]}``.
 * ``full``: anything else, and every `snapshot_every`-th version of a chain, and
@@ -27,6 +28,8 @@ from __future__ import annotations
 
 from typing import Any, NamedTuple
 
+from langgraph.checkpoint.serde.types import _DeltaSnapshot
+
 FULL = "full"
 APPEND = "append"
 MERGE = "merge"
@@ -38,7 +41,7 @@ class Base(NamedTuple):
     """What the store knows of a channel's value at one stored version."""
 
     version: str
-    value: list | dict  # a private copy: decoded from the stored row, never shared
+    value: Any  # a list, dict or _DeltaSnapshot(list); a private copy, never shared
     depth: int  # deltas since the last full row
     delta_bytes: int  # their encoded size
     full_bytes: int  # the encoded size of that full row
@@ -85,18 +88,30 @@ def _same(a: Any, b: Any) -> bool:
     return a == b  # sets, datetimes, dataclasses, ...: compared as Python does
 
 
+def _items(value: Any) -> tuple[list | None, type | None]:
+    """The list a value appends to, and its wrapper: a DeltaChannel snapshot
+    (`_DeltaSnapshot(list)`) grows like the list it holds."""
+    if type(value) is list:
+        return value, None
+    if type(value) is _DeltaSnapshot and type(value.value) is list:
+        return value.value, _DeltaSnapshot
+    return None, None
+
+
 def diff(value: Any, base: Base | None, snapshot_every: int) -> Delta | None:
     """The delta of `value` against `base`, or None when a full row is due."""
     if base is None or base.depth + 1 >= snapshot_every:
         return None
     old = base.value
-    if type(value) is list and type(old) is list:
-        if len(value) < len(old):
+    new_items, wrapper = _items(value)
+    old_items, old_wrapper = _items(old)
+    if new_items is not None and old_items is not None and wrapper is old_wrapper:
+        if len(new_items) < len(old_items):
             return None
-        for before, now in zip(old, value):
+        for before, now in zip(old_items, new_items):
             if not _same(before, now):
                 return None
-        return Delta(APPEND, value[len(old) :])
+        return Delta(APPEND, new_items[len(old_items) :])
     if type(value) is dict and type(old) is dict:
         removed = [k for k in old if k not in value]
         changed = {k: v for k, v in value.items() if k not in old or not _same(old[k], v)}
@@ -106,15 +121,17 @@ def diff(value: Any, base: Base | None, snapshot_every: int) -> Delta | None:
     return None
 
 
-def apply(base_value: list | dict, shape: str, payload: Any) -> list | dict:
+def apply(base_value: Any, shape: str, payload: Any) -> Any:
     """The value a delta row stands for, given its base's value. Never mutates the base."""
     if shape == APPEND:
-        if type(base_value) is not list or type(payload) is not list:
+        items, wrapper = _items(base_value)
+        if items is None or type(payload) is not list:
             raise ValueError(
                 f"an append row needs a list base and a list tail, got "
                 f"{type(base_value).__name__} and {type(payload).__name__}"
             )
-        return [*base_value, *payload]
+        grown = [*items, *payload]
+        return wrapper(grown) if wrapper is not None else grown
     if shape == MERGE:
         if (
             type(base_value) is not dict
@@ -144,4 +161,4 @@ def worth_a_delta(base: Base, delta: Delta, delta_bytes: int) -> bool:
 
 
 def can_be_a_base(value: Any) -> bool:
-    return type(value) is list or type(value) is dict
+    return type(value) is dict or _items(value)[0] is not None

@@ -439,3 +439,15 @@ def test_apply_never_mutates_the_base_and_rejects_unknown_shapes() -> None:
     assert base_dict == {"a": 1, "b": 2}
     with pytest.raises(ValueError):
         apply([], "full", [])
+
+
+def test_delta_channel_snapshot_appends_to_the_previous_snapshot() -> None:
+    from langgraph.checkpoint.serde.types import _DeltaSnapshot
+
+    old = _DeltaSnapshot([HumanMessage("hi", id="h1")])
+    new = _DeltaSnapshot([HumanMessage("hi", id="h1"), AIMessage("yo", id="a1")])
+    delta = check_roundtrip(new, base_of(old))
+    assert delta == Delta(APPEND, [AIMessage("yo", id="a1")])
+    # A snapshot is not an append of a plain list, nor the other way round.
+    assert diff(new, base_of([HumanMessage("hi", id="h1")]), SNAPSHOT_EVERY) is None
+    assert diff([HumanMessage("hi", id="h1")], base_of(old), SNAPSHOT_EVERY) is None
