@@ -43,15 +43,15 @@ from langgraph_colosseum._core.values import (
     ValueRow,
     Where,
     columns,
+    corrupt_row,
+    not_storable,
     parse_value_rows,
 )
 from langgraph_colosseum.errors import (
     CodecError,
-    CorruptRowError,
     InvalidConfigError,
     SchemaVersionError,
     UnsupportedValueError,
-    ValueNotStorableError,
 )
 
 DEFAULT_PAGE_SIZE = 100
@@ -657,13 +657,7 @@ class CheckpointStore:
         try:
             return self._load_checkpoint_document(checkpoint_json)
         except CodecError as exc:
-            raise CorruptRowError(
-                thread_id=thread_id,
-                checkpoint_ns=checkpoint_ns,
-                checkpoint_id=checkpoint_id,
-                channel=None,
-                cause=exc,
-            ) from exc
+            raise corrupt_row((thread_id, checkpoint_ns, None), checkpoint_id, exc) from exc
 
     def _checkpoint_tuple(
         self, row: tuple, document: dict[str, Any], values: Materializer
@@ -675,13 +669,7 @@ class CheckpointStore:
         try:
             metadata = self.codec.load_json(metadata_json)
         except CodecError as exc:
-            raise CorruptRowError(
-                thread_id=thread_id,
-                checkpoint_ns=checkpoint_ns,
-                checkpoint_id=checkpoint_id,
-                channel=None,
-                cause=exc,
-            ) from exc
+            raise corrupt_row((thread_id, checkpoint_ns, None), checkpoint_id, exc) from exc
         channel_values = {}
         for channel, version in document["channel_versions"].items():
             key = (thread_id, checkpoint_ns, channel, str(version))
@@ -747,13 +735,7 @@ class CheckpointStore:
         try:
             return self.codec.load(encoding, json, data, type_)
         except Exception as exc:
-            raise CorruptRowError(
-                thread_id=thread_id,
-                checkpoint_ns=checkpoint_ns,
-                checkpoint_id=checkpoint_id,
-                channel=channel,
-                cause=exc,
-            ) from exc
+            raise corrupt_row((thread_id, checkpoint_ns, channel), checkpoint_id, exc) from exc
 
     def _checkpoint_document(self, checkpoint: Checkpoint, where: Where) -> str:
         """The checkpoint without its values, as jsonb text.
@@ -765,13 +747,10 @@ class CheckpointStore:
         versions = checkpoint["channel_versions"]
         for channel, version in versions.items():
             if not (type(channel) is str and "\x00" not in channel and _is_json_version(version)):
-                raise ValueNotStorableError(
-                    thread_id=where.thread_id,
-                    checkpoint_ns=where.checkpoint_ns,
-                    checkpoint_id=where.checkpoint_id,
-                    channel=str(channel),
-                    path="$.channel_versions",
-                    cause=ValueError(
+                raise not_storable(
+                    where._replace(channel=str(channel)),
+                    "$.channel_versions",
+                    ValueError(
                         "channel names must be strings without NUL, and versions str, int "
                         f"or finite float; got {channel!r}: {version!r}"
                     ),
@@ -798,14 +777,7 @@ class CheckpointStore:
         try:
             return self.codec.registry.encode(value)
         except CodecError as exc:
-            raise ValueNotStorableError(
-                thread_id=where.thread_id,
-                checkpoint_ns=where.checkpoint_ns,
-                checkpoint_id=where.checkpoint_id,
-                channel=where.channel,
-                path=getattr(exc, "path", "$"),
-                cause=exc,
-            ) from exc
+            raise not_storable(where, getattr(exc, "path", "$"), exc) from exc
 
 
 # The checkpoint and writes columns every checkpoint query starts with.

@@ -121,14 +121,7 @@ class ValueCodec:
         try:
             type_, data = self.serde.dumps_typed(value)
         except Exception as exc:
-            raise ValueNotStorableError(
-                thread_id=where.thread_id,
-                checkpoint_ns=where.checkpoint_ns,
-                checkpoint_id=where.checkpoint_id,
-                channel=where.channel,
-                path=path,
-                cause=exc,
-            ) from exc
+            raise not_storable(where, path, exc) from exc
         return StoredValue(SERDE, None, data, type_)
 
     def dump_json(self, value: Any) -> str:
@@ -150,6 +143,31 @@ class ValueCodec:
 
     def load_json(self, text: str | None) -> Any:
         return self.registry.decode(orjson.loads(text or "null"))
+
+
+def not_storable(where: Where, path: str, cause: BaseException) -> ValueNotStorableError:
+    return ValueNotStorableError(
+        thread_id=where.thread_id,
+        checkpoint_ns=where.checkpoint_ns,
+        checkpoint_id=where.checkpoint_id,
+        channel=where.channel,
+        path=path,
+        cause=cause,
+    )
+
+
+def corrupt_row(
+    where: tuple[str, str, str | None], checkpoint_id: str, cause: Any
+) -> CorruptRowError:
+    """The error for a stored row that cannot be read: (thread, ns, channel or None)."""
+    thread_id, checkpoint_ns, channel = where
+    return CorruptRowError(
+        thread_id=thread_id,
+        checkpoint_ns=checkpoint_ns,
+        checkpoint_id=checkpoint_id,
+        channel=channel,
+        cause=cause if isinstance(cause, BaseException) else ValueError(cause),
+    )
 
 
 def columns(values: list[StoredValue]) -> dict[str, list[Any]]:
@@ -225,13 +243,7 @@ class Materializer:
 
     @staticmethod
     def _error(key: ValueKey, checkpoint_id: str, cause: Any) -> CorruptRowError:
-        return CorruptRowError(
-            thread_id=key[0],
-            checkpoint_ns=key[1],
-            checkpoint_id=checkpoint_id,
-            channel=key[2],
-            cause=cause if isinstance(cause, BaseException) else ValueError(cause),
-        )
+        return corrupt_row(key[:3], checkpoint_id, cause)
 
 
 def parse_value_rows(thread_id: str, checkpoint_ns: str, columns_: tuple) -> list[ValueRow]:
