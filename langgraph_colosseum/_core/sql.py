@@ -89,11 +89,14 @@ LIMIT 1
 # `where` is built from fixed fragments in `store.py` only.
 LIST_PAGE = f"""
 SELECT {_CHECKPOINT_COLUMNS}
-FROM colosseum_checkpoints c
+FROM (
+    SELECT * FROM colosseum_checkpoints c
+    WHERE {{where}}
+    ORDER BY {{order}}
+    LIMIT %(page_size)s
+) AS c
 {_WRITES}
-WHERE {{where}}
 ORDER BY {{order}}
-LIMIT %(page_size)s
 """
 # Newest first. With the thread (and namespace) fixed, the order and the page
 # cursor follow an index, so each page is an index range scan, not a sort of the
