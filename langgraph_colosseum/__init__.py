@@ -10,13 +10,19 @@ from langgraph_colosseum.errors import (
     ColosseumError,
     CorruptRowError,
     InvalidConfigError,
+    LedgerMissingError,
     SchemaError,
     SchemaVersionError,
+    ToolFailedError,
+    ToolOutcomeUnknownError,
+    ToolTimeoutError,
+    ToolWaitTimeoutError,
     UnsupportedValueError,
     UntrustedTypeError,
     ValueNotStorableError,
 )
 from langgraph_colosseum.saver import ColosseumSaver
+from langgraph_colosseum.tools import IdempotentToolNode, current_idempotency_key
 
 __all__ = [
     "AsyncColosseumSaver",
@@ -24,13 +30,20 @@ __all__ = [
     "ColosseumError",
     "ColosseumSaver",
     "CorruptRowError",
+    "IdempotentToolNode",
     "InvalidConfigError",
+    "LedgerMissingError",
     "SchemaError",
     "SchemaVersionError",
+    "ToolFailedError",
+    "ToolOutcomeUnknownError",
+    "ToolTimeoutError",
+    "ToolWaitTimeoutError",
     "TypeRegistry",
     "UnsupportedValueError",
     "UntrustedTypeError",
     "ValueNotStorableError",
+    "current_idempotency_key",
 ]
 
 __version__ = "0.1.0"

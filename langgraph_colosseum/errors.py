@@ -106,3 +106,40 @@ class SchemaVersionError(SchemaError):
 
 class InvalidConfigError(ColosseumError):
     """A RunnableConfig lacks what an operation needs (such as `thread_id`)."""
+
+
+class ToolCallError(ColosseumError):
+    """Base of the errors IdempotentToolNode raises about one tool call."""
+
+    def __init__(self, message: str, *, tool_name: str, tool_call_id: str | None, key: str) -> None:
+        self.tool_name = tool_name
+        self.tool_call_id = tool_call_id
+        self.idempotency_key = key
+        super().__init__(
+            f"{message} (tool {tool_name!r}, tool_call_id {tool_call_id!r}, idempotency key {key})"
+        )
+
+
+class ToolOutcomeUnknownError(ToolCallError):
+    """A worker claimed this tool call and died (or lost its lease) mid-call.
+
+    The side effect may or may not have happened. Check the external system,
+    then resolve it by hand, or use `on_unknown="retry"` for tools that are safe
+    to run twice.
+    """
+
+
+class ToolFailedError(ToolCallError):
+    """The tool failed on an earlier attempt; `on_failed="raise"` re-raises it."""
+
+
+class ToolWaitTimeoutError(ToolCallError):
+    """Another worker holds this tool call and has not finished within `wait`."""
+
+
+class ToolTimeoutError(ToolCallError):
+    """The tool ran longer than its timeout; the call is marked TIMED_OUT."""
+
+
+class LedgerMissingError(ColosseumError):
+    """IdempotentToolNode has no Colosseum saver to keep its ledger in."""

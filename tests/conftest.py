@@ -19,7 +19,7 @@ from langgraph_colosseum import AsyncColosseumSaver, ColosseumSaver
 
 TRUNCATE = (
     "TRUNCATE colosseum_checkpoints, colosseum_channel_values, colosseum_writes, "
-    "colosseum_delta_histories"
+    "colosseum_delta_histories, colosseum_tool_calls"
 )
 
 

@@ -37,7 +37,26 @@ class Emit(NamedTuple):
     item: Any
 
 
-Request = Query | Transaction | Emit
+class Sleep(NamedTuple):
+    """Wait this long (polling another worker's progress); the result is None."""
+
+    seconds: float
+
+
+class RunTool(NamedTuple):
+    """Run the tool call now, renewing `key`'s lease while it runs.
+
+    The result is ``(True, output)`` or ``(False, exception)``; a tool that
+    outlives `timeout` seconds gives ``(False, TimeoutError())``.
+    """
+
+    key: str
+    owner: str
+    lease_seconds: float
+    timeout: float | None
+
+
+Request = Query | Transaction | Emit | Sleep | RunTool
 Operation = Generator[Request, Any, T]
 
 

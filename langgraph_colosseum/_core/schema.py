@@ -90,6 +90,30 @@ MIGRATIONS: list[str] = [
         PRIMARY KEY (thread_id, checkpoint_ns, checkpoint_id, channel, seq)
     );
     """,
+    # 2: the ledger of IdempotentToolNode: one row per tool execution.
+    """
+    CREATE TABLE IF NOT EXISTS colosseum_tool_calls (
+        thread_id       text COLLATE "C" NOT NULL,
+        idempotency_key text COLLATE "C" NOT NULL UNIQUE,
+        checkpoint_ns   text COLLATE "C" NOT NULL DEFAULT '',
+        task_id         text COLLATE "C",
+        tool_name       text NOT NULL,
+        tool_call_id    text,
+        input           jsonb,
+        output          jsonb,
+        output_bytes    bytea,
+        output_type     text,
+        status          text NOT NULL
+                        CHECK (status IN ('PENDING', 'RUNNING', 'SUCCESS', 'FAILED', 'TIMED_OUT')),
+        error           text,
+        attempts        integer NOT NULL DEFAULT 0,
+        lease_owner     text,
+        lease_until     timestamptz,
+        started_at      timestamptz,
+        completed_at    timestamptz,
+        PRIMARY KEY (thread_id, idempotency_key)
+    );
+    """,
 ]
 
 LATEST_VERSION = len(MIGRATIONS)

@@ -229,6 +229,7 @@ WHERE EXCLUDED.idx < 0
 """
 
 _THREAD_TABLES = (
+    "colosseum_tool_calls",
     "colosseum_delta_histories",
     "colosseum_writes",
     "colosseum_channel_values",

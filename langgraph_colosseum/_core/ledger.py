@@ -1,0 +1,253 @@
+"""The tool-call ledger: run a side-effecting tool once per idempotency key.
+
+One sans-IO generator, `execute_once`, holds the whole protocol; `tools.py`
+drives it sync or async. Each step is a short statement of its own:
+
+* claim: insert the key as RUNNING with a lease. The key is UNIQUE in
+  Postgres, so of any number of workers exactly one claim wins; the database
+  decides, not Python.
+* run: the driver runs the tool while renewing the lease (heartbeat).
+* complete: SUCCESS with the output, or FAILED / TIMED_OUT with the error,
+  fenced by the lease owner: a worker whose lease was taken over cannot
+  overwrite the new owner's outcome.
+
+A claim that finds the key taken reads its row and decides:
+
+| row | outcome |
+|---|---|
+| SUCCESS | the stored output, the tool is not called |
+| RUNNING, lease live | poll until it finishes or `wait` runs out (ToolWaitTimeoutError) |
+| RUNNING / TIMED_OUT, lease lapsed | outcome unknown: `on_unknown="raise"` raises ToolOutcomeUnknownError, `"retry"` takes the claim over and runs again |
+| FAILED | `on_failed="raise"` raises ToolFailedError with the stored error, `"retry"` runs again |
+"""
+
+from __future__ import annotations
+
+import hashlib
+import uuid
+from collections.abc import Callable
+from dataclasses import dataclass
+from typing import Any, Literal
+
+import orjson
+import rfc8785
+
+from langgraph_colosseum._core.io import Operation, Query, RunTool, Sleep
+from langgraph_colosseum._core.values import JSON, ValueCodec, Where
+from langgraph_colosseum.errors import (
+    ToolFailedError,
+    ToolOutcomeUnknownError,
+    ToolTimeoutError,
+    ToolWaitTimeoutError,
+)
+
+OnUnknown = Literal["raise", "retry"]
+OnFailed = Literal["raise", "retry"]
+
+# Claim the key, or take it over when the policy allows; otherwise report the
+# row as it stands. `claimed` is true when this call now owns the execution.
+CLAIM = """
+WITH claim AS (
+    INSERT INTO colosseum_tool_calls AS t
+        (thread_id, idempotency_key, checkpoint_ns, task_id, tool_name, tool_call_id, input,
+         status, attempts, lease_owner, lease_until, started_at)
+    VALUES (%(thread_id)s, %(key)s, %(checkpoint_ns)s, %(task_id)s, %(tool_name)s,
+            %(tool_call_id)s, %(input)s::jsonb, 'RUNNING', 1, %(owner)s,
+            now() + make_interval(secs => %(lease)s), now())
+    ON CONFLICT (idempotency_key) DO UPDATE
+    SET status = 'RUNNING', attempts = t.attempts + 1, lease_owner = EXCLUDED.lease_owner,
+        lease_until = EXCLUDED.lease_until, started_at = now(), error = NULL,
+        completed_at = NULL
+    WHERE (t.status IN ('RUNNING', 'TIMED_OUT', 'PENDING') AND t.lease_until < now()
+           AND %(retry_unknown)s)
+       OR (t.status = 'FAILED' AND %(retry_failed)s)
+    RETURNING t.attempts
+)
+SELECT true, NULL, NULL, NULL, NULL, NULL, NULL, attempts FROM claim
+UNION ALL
+SELECT false, status, output::text, output_bytes, output_type, error,
+       lease_until > now(), attempts
+FROM colosseum_tool_calls
+WHERE idempotency_key = %(key)s AND NOT EXISTS (SELECT 1 FROM claim)
+"""
+
+READ = """
+SELECT status, output::text, output_bytes, output_type, error, lease_until > now(), attempts
+FROM colosseum_tool_calls WHERE idempotency_key = %(key)s
+"""
+
+COMPLETE = """
+UPDATE colosseum_tool_calls
+SET status = %(status)s, output = %(output)s::jsonb, output_bytes = %(output_bytes)s,
+    output_type = %(output_type)s, error = %(error)s, completed_at = now(), lease_until = now()
+WHERE idempotency_key = %(key)s AND lease_owner = %(owner)s AND status = 'RUNNING'
+RETURNING 1
+"""
+
+HEARTBEAT = """
+UPDATE colosseum_tool_calls SET lease_until = now() + make_interval(secs => %(lease)s)
+WHERE idempotency_key = %(key)s AND lease_owner = %(owner)s AND status = 'RUNNING'
+"""
+
+
+@dataclass(frozen=True)
+class ToolCallIdentity:
+    """What identifies one tool call; the input of the idempotency key."""
+
+    thread_id: str
+    checkpoint_ns: str
+    tool_name: str
+    args: Any
+    tool_call_id: str | None
+
+
+def default_key(call: ToolCallIdentity) -> str:
+    """SHA-256 of thread, namespace, tool name, RFC 8785 JSON of the args, tool_call_id.
+
+    Example:
+        >>> key = default_key(ToolCallIdentity("t1", "", "pay", {"amount": 10}, "call-1"))
+        >>> len(key)
+        64
+    """
+    return _digest(
+        [call.thread_id, call.checkpoint_ns, call.tool_name, call.args, call.tool_call_id]
+    )
+
+
+def key_without_call_id(call: ToolCallIdentity) -> str:
+    """A key that survives an LLM re-issuing the same call under a new tool_call_id."""
+    return _digest([call.thread_id, call.checkpoint_ns, call.tool_name, call.args])
+
+
+def _digest(parts: list[Any]) -> str:
+    try:
+        canonical = rfc8785.dumps(parts)
+    except Exception:  # not plain JSON (a datetime, a model): canonicalise its typed form
+        from langgraph_colosseum._core.codec import default_registry
+
+        canonical = rfc8785.dumps(orjson.loads(orjson.dumps(default_registry().encode(parts))))
+    return hashlib.sha256(canonical).hexdigest()
+
+
+@dataclass(frozen=True)
+class ToolPolicy:
+    on_unknown: OnUnknown = "raise"
+    on_failed: OnFailed = "raise"
+    lease_seconds: float = 30.0
+    wait_seconds: float = 60.0
+    poll_seconds: float = 0.1
+    timeout: float | None = None
+
+
+@dataclass(frozen=True)
+class ToolCallPlan:
+    identity: ToolCallIdentity
+    key: str
+    task_id: str | None
+    policy: ToolPolicy
+
+
+def execute_once(plan: ToolCallPlan, codec: ValueCodec) -> Operation[Any]:
+    """Run the tool at most once per key (or again, as the policy allows); return its output."""
+    identity, policy = plan.identity, plan.policy
+    owner = uuid.uuid4().hex
+    params = {
+        "thread_id": identity.thread_id,
+        "key": plan.key,
+        "checkpoint_ns": identity.checkpoint_ns,
+        "task_id": plan.task_id,
+        "tool_name": identity.tool_name,
+        "tool_call_id": identity.tool_call_id,
+        "input": _jsonb_or_null(codec, identity.args),
+        "owner": owner,
+        "lease": policy.lease_seconds,
+        "retry_unknown": policy.on_unknown == "retry",
+        "retry_failed": policy.on_failed == "retry",
+    }
+    waited = 0.0
+    while True:
+        rows = yield Query(CLAIM, params)
+        if rows and rows[0][0]:
+            break  # ours: run it
+        if not rows:
+            # The winner committed after this statement's snapshot: look again.
+            continue
+        _, status, output, output_bytes, output_type, error, live, _ = rows[0]
+        if status == "SUCCESS":
+            return _load_output(codec, output, output_bytes, output_type)
+        if status == "FAILED":
+            raise _error(ToolFailedError, f"the tool failed before: {error}", plan)
+        if not live:
+            raise _error(
+                ToolOutcomeUnknownError,
+                f"a worker started this call (status {status}) and lost its lease; whether the "
+                "side effect happened is unknown",
+                plan,
+            )
+        if waited >= policy.wait_seconds:
+            raise _error(
+                ToolWaitTimeoutError,
+                f"another worker has held this call for over {policy.wait_seconds}s",
+                plan,
+            )
+        yield Sleep(policy.poll_seconds)
+        waited += policy.poll_seconds
+
+    ok, outcome = yield RunTool(plan.key, owner, policy.lease_seconds, policy.timeout)
+    if ok:
+        stored = _dump_output(codec, outcome, identity)
+        yield Query(
+            COMPLETE,
+            {"key": plan.key, "owner": owner, "status": "SUCCESS", "error": None, **stored},
+        )
+        return outcome
+    timed_out = isinstance(outcome, TimeoutError)
+    yield Query(
+        COMPLETE,
+        {
+            "key": plan.key,
+            "owner": owner,
+            "status": "TIMED_OUT" if timed_out else "FAILED",
+            "error": f"{type(outcome).__name__}: {outcome}",
+            "output": None,
+            "output_bytes": None,
+            "output_type": None,
+        },
+    )
+    if timed_out:
+        raise _error(
+            ToolTimeoutError, f"the tool ran longer than {policy.timeout}s", plan
+        ) from outcome
+    raise outcome
+
+
+def heartbeat(key: str, owner: str, lease_seconds: float) -> Operation[None]:
+    yield Query(HEARTBEAT, {"key": key, "owner": owner, "lease": lease_seconds}, fetch=False)
+
+
+def _error(cls: Callable[..., Exception], message: str, plan: ToolCallPlan) -> Exception:
+    return cls(
+        message,
+        tool_name=plan.identity.tool_name,
+        tool_call_id=plan.identity.tool_call_id,
+        key=plan.key,
+    )
+
+
+def _jsonb_or_null(codec: ValueCodec, value: Any) -> str | None:
+    try:
+        return codec.dump_json(value)
+    except Exception:
+        return None
+
+
+def _dump_output(codec: ValueCodec, output: Any, identity: ToolCallIdentity) -> dict[str, Any]:
+    where = Where(identity.thread_id, identity.checkpoint_ns, None, f"<tool {identity.tool_name}>")
+    stored = codec.dump(output, where)
+    return {"output": stored.json, "output_bytes": stored.data, "output_type": stored.type}
+
+
+def _load_output(codec: ValueCodec, json: str | None, data: bytes | None, type_: str | None) -> Any:
+    if json is not None:
+        return codec.load(JSON, json, None, None)
+    return codec.load("serde", None, data, type_)

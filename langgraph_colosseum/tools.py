@@ -1,0 +1,257 @@
+"""`IdempotentToolNode`: LangGraph's ToolNode whose tools run once per idempotency key.
+
+LangGraph re-runs a whole node when a worker dies before the node's writes are
+checkpointed, and when a thread is resumed twice. For `send_payment` that means
+a second payment. This node records every tool call in a ledger table with a
+UNIQUE idempotency key (see `_core/ledger.py` for the protocol), so a re-run
+returns the recorded result instead of calling the tool again.
+
+Example:
+    >>> from langgraph_colosseum import IdempotentToolNode, current_idempotency_key
+    >>> @tool
+    ... def send_payment(to: str, amount: int) -> str:
+    ...     # forward the key to an API that deduplicates on it
+    ...     return bank.pay(to, amount, idempotency_key=current_idempotency_key())
+    >>> tools = IdempotentToolNode([send_payment, lookup], ledger=saver,
+    ...                            on_unknown="raise", lease=timedelta(seconds=30))
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextvars
+import threading
+from collections.abc import Callable, Mapping, Sequence
+from concurrent.futures import ThreadPoolExecutor
+from concurrent.futures import TimeoutError as FutureTimeout
+from datetime import timedelta
+from typing import Any
+
+from langchain_core.tools import BaseTool
+from langgraph.prebuilt import ToolNode
+from langgraph.prebuilt.tool_node import ToolCallRequest
+
+from langgraph_colosseum._base import ColosseumSaverBase
+from langgraph_colosseum._core import io
+from langgraph_colosseum._core.io import Request, RunTool, Sleep
+from langgraph_colosseum._core.ledger import (
+    OnFailed,
+    OnUnknown,
+    ToolCallIdentity,
+    ToolCallPlan,
+    ToolPolicy,
+    default_key,
+    execute_once,
+    heartbeat,
+)
+from langgraph_colosseum.errors import LedgerMissingError
+
+__all__ = ["IdempotentToolNode", "ToolCallIdentity", "ToolPolicy", "current_idempotency_key"]
+
+_CURRENT_KEY: contextvars.ContextVar[str | None] = contextvars.ContextVar(
+    "colosseum_idempotency_key", default=None
+)
+
+
+def current_idempotency_key() -> str | None:
+    """The idempotency key of the tool call running now (None outside one).
+
+    Forward it to an external API that deduplicates requests, so even the
+    at-least-once path (`on_unknown="retry"`) stays exactly-once there.
+    """
+    return _CURRENT_KEY.get()
+
+
+class IdempotentToolNode(ToolNode):
+    """A drop-in `ToolNode` that runs each tool call once per idempotency key.
+
+    Args:
+        tools: as for ToolNode.
+        ledger: the Colosseum saver that keeps the ledger; by default the
+            graph's checkpointer, which must then be a Colosseum saver.
+        on_unknown: when a worker died mid-call: "raise" (ToolOutcomeUnknownError)
+            or "retry" (run again: at-least-once). A dict maps tool names to a policy.
+        on_failed: when an earlier attempt raised: "raise" or "retry"; per tool too.
+        lease: how long a claim lives without a heartbeat.
+        wait: how long to wait for another worker holding the same call.
+        timeouts: per-tool timeouts; a tool that exceeds its timeout is TIMED_OUT.
+        key: derives the idempotency key from a ToolCallIdentity (default:
+            `default_key`; `key_without_call_id` also dedups LLM re-issues).
+        **kwargs: everything else ToolNode takes.
+    """
+
+    def __init__(
+        self,
+        tools: Sequence[BaseTool | Callable],
+        *,
+        ledger: ColosseumSaverBase | None = None,
+        on_unknown: OnUnknown | Mapping[str, OnUnknown] = "raise",
+        on_failed: OnFailed | Mapping[str, OnFailed] = "raise",
+        lease: timedelta = timedelta(seconds=30),
+        wait: timedelta = timedelta(seconds=60),
+        timeouts: Mapping[str, timedelta] | None = None,
+        key: Callable[[ToolCallIdentity], str] = default_key,
+        **kwargs: Any,
+    ) -> None:
+        if "wrap_tool_call" in kwargs or "awrap_tool_call" in kwargs:
+            raise TypeError(
+                "IdempotentToolNode wraps tool calls itself; wrap_tool_call is not supported"
+            )
+        super().__init__(
+            tools, wrap_tool_call=self._wrap_sync, awrap_tool_call=self._wrap_async, **kwargs
+        )
+        self._ledger = ledger
+        self._on_unknown = on_unknown
+        self._on_failed = on_failed
+        self._lease = lease
+        self._wait = wait
+        self._timeouts = dict(timeouts or {})
+        self._key = key
+
+    # -------------------------------------------------------------- planning
+
+    def _policy(self, tool_name: str) -> ToolPolicy:
+        def pick(setting: Any) -> Any:
+            return setting.get(tool_name, "raise") if isinstance(setting, Mapping) else setting
+
+        timeout = self._timeouts.get(tool_name)
+        return ToolPolicy(
+            on_unknown=pick(self._on_unknown),
+            on_failed=pick(self._on_failed),
+            lease_seconds=self._lease.total_seconds(),
+            wait_seconds=self._wait.total_seconds(),
+            timeout=timeout.total_seconds() if timeout is not None else None,
+        )
+
+    def _plan(self, request: ToolCallRequest) -> tuple[ColosseumSaverBase, ToolCallPlan]:
+        config = request.runtime.config or {}
+        configurable = config.get("configurable", {})
+        ledger = self._ledger or configurable.get("__pregel_checkpointer")
+        if not isinstance(ledger, ColosseumSaverBase):
+            raise LedgerMissingError(
+                "IdempotentToolNode needs a Colosseum saver for its ledger: pass "
+                "ledger=ColosseumSaver(...) or compile the graph with one as checkpointer "
+                f"(found {type(ledger).__name__})"
+            )
+        thread_id = configurable.get("thread_id")
+        if thread_id is None:
+            raise LedgerMissingError("IdempotentToolNode runs need configurable.thread_id")
+        call = request.tool_call
+        identity = ToolCallIdentity(
+            thread_id=str(thread_id),
+            checkpoint_ns=_stable_namespace(configurable.get("checkpoint_ns", "")),
+            tool_name=call["name"],
+            args=call.get("args", {}),
+            tool_call_id=call.get("id"),
+        )
+        plan = ToolCallPlan(
+            identity=identity,
+            key=self._key(identity),
+            task_id=configurable.get("__pregel_task_id"),
+            policy=self._policy(call["name"]),
+        )
+        return ledger, plan
+
+    # -------------------------------------------------------------- drivers
+
+    def _wrap_sync(
+        self, request: ToolCallRequest, execute: Callable[[ToolCallRequest], Any]
+    ) -> Any:
+        ledger, plan = self._plan(request)
+
+        def perform(req: Request) -> Any:
+            if isinstance(req, Sleep):
+                threading.Event().wait(req.seconds)
+                return None
+            if isinstance(req, RunTool):
+                return _run_tool_sync(ledger, req, lambda: execute(request))
+            return ledger._run(_single(req))
+
+        return io.run(execute_once(plan, ledger._store.codec), perform)
+
+    async def _wrap_async(
+        self, request: ToolCallRequest, execute: Callable[[ToolCallRequest], Any]
+    ) -> Any:
+        ledger, plan = self._plan(request)
+
+        async def perform(req: Request) -> Any:
+            if isinstance(req, Sleep):
+                await asyncio.sleep(req.seconds)
+                return None
+            if isinstance(req, RunTool):
+                return await _run_tool_async(ledger, req, lambda: execute(request))
+            return await ledger._arun(_single(req))
+
+        return await io.arun(execute_once(plan, ledger._store.codec), perform)
+
+
+def _single(request: Request) -> io.Operation[Any]:
+    """An operation that is one request (lets the saver's driver run it)."""
+    return (yield request)
+
+
+def _stable_namespace(checkpoint_ns: str) -> str:
+    """The namespace without task ids ("outer:1a2b|tools:3c4d" -> "outer|tools")."""
+    return (
+        "|".join(part.split(":", 1)[0] for part in checkpoint_ns.split("|"))
+        if checkpoint_ns
+        else ""
+    )
+
+
+def _run_tool_sync(
+    ledger: ColosseumSaverBase, req: RunTool, call: Callable[[], Any]
+) -> tuple[bool, Any]:
+    stop = threading.Event()
+
+    def beat() -> None:
+        while not stop.wait(req.lease_seconds / 3):
+            try:
+                ledger._run(heartbeat(req.key, req.owner, req.lease_seconds))
+            except Exception:  # a missed beat only shortens the lease
+                pass
+
+    beater = threading.Thread(target=beat, name="colosseum-heartbeat", daemon=True)
+    beater.start()
+    token = _CURRENT_KEY.set(req.key)
+    try:
+        if req.timeout is None:
+            return True, call()
+        # A blocking tool cannot be interrupted: run it aside and stop waiting.
+        context = contextvars.copy_context()
+        pool = ThreadPoolExecutor(max_workers=1)
+        future = pool.submit(context.run, call)
+        pool.shutdown(wait=False)
+        try:
+            return True, future.result(timeout=req.timeout)
+        except FutureTimeout:
+            return False, TimeoutError(f"still running after {req.timeout}s")
+    except Exception as exc:
+        return False, exc
+    finally:
+        _CURRENT_KEY.reset(token)
+        stop.set()
+
+
+async def _run_tool_async(
+    ledger: ColosseumSaverBase, req: RunTool, call: Callable[[], Any]
+) -> tuple[bool, Any]:
+    async def beat() -> None:
+        while True:
+            await asyncio.sleep(req.lease_seconds / 3)
+            try:
+                await ledger._arun(heartbeat(req.key, req.owner, req.lease_seconds))
+            except Exception:  # a missed beat only shortens the lease
+                pass
+
+    beater = asyncio.ensure_future(beat())
+    token = _CURRENT_KEY.set(req.key)
+    try:
+        return True, await asyncio.wait_for(call(), timeout=req.timeout)
+    except asyncio.TimeoutError:
+        return False, TimeoutError(f"still running after {req.timeout}s")
+    except Exception as exc:
+        return False, exc
+    finally:
+        _CURRENT_KEY.reset(token)
+        beater.cancel()
