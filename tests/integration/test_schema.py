@@ -44,6 +44,7 @@ EXPECTED_TABLES = {
     "colosseum_channel_values",
     "colosseum_writes",
     "colosseum_delta_histories",
+    "colosseum_tool_calls",
 }
 
 
