@@ -23,6 +23,7 @@ A claim that finds the key taken reads its row and decides:
 
 from __future__ import annotations
 
+import dataclasses
 import hashlib
 import uuid
 from collections.abc import Callable
@@ -31,6 +32,8 @@ from typing import Any, Literal
 
 import orjson
 import rfc8785
+from langchain_core.messages import ToolMessage
+from langgraph.types import Command
 
 from langgraph_colosseum._core.io import Operation, Query, RunTool, Sleep
 from langgraph_colosseum._core.values import JSON, ValueCodec, Where
@@ -174,7 +177,7 @@ def execute_once(plan: ToolCallPlan, codec: ValueCodec) -> Operation[Any]:
             continue
         _, status, output, output_bytes, output_type, error, live, _ = rows[0]
         if status == "SUCCESS":
-            return _load_output(codec, output, output_bytes, output_type)
+            return _for_this_call(_load_output(codec, output, output_bytes, output_type), identity)
         if status == "FAILED":
             raise _error(ToolFailedError, f"the tool failed before: {error}", plan)
         if not live:
@@ -195,10 +198,19 @@ def execute_once(plan: ToolCallPlan, codec: ValueCodec) -> Operation[Any]:
 
     ok, outcome = yield RunTool(plan.key, owner, policy.lease_seconds, policy.timeout)
     if ok:
+        # ToolNode turns a handled exception into an error ToolMessage: the
+        # graph gets that message now, and the ledger records a failure.
+        failed = getattr(outcome, "status", None) == "error"
         stored = _dump_output(codec, outcome, identity)
         yield Query(
             COMPLETE,
-            {"key": plan.key, "owner": owner, "status": "SUCCESS", "error": None, **stored},
+            {
+                "key": plan.key,
+                "owner": owner,
+                "status": "FAILED" if failed else "SUCCESS",
+                "error": str(getattr(outcome, "content", "")) if failed else None,
+                **stored,
+            },
         )
         return outcome
     timed_out = isinstance(outcome, TimeoutError)
@@ -245,6 +257,19 @@ def _dump_output(codec: ValueCodec, output: Any, identity: ToolCallIdentity) -> 
     where = Where(identity.thread_id, identity.checkpoint_ns, None, f"<tool {identity.tool_name}>")
     stored = codec.dump(output, where)
     return {"output": stored.json, "output_bytes": stored.data, "output_type": stored.type}
+
+
+def _for_this_call(output: Any, identity: ToolCallIdentity) -> Any:
+    """A recorded output answers the call asking now: a key that ignores
+    tool_call_id serves a re-issued call, whose ToolMessage needs the new id."""
+    if isinstance(output, ToolMessage) and output.tool_call_id != identity.tool_call_id:
+        return output.model_copy(update={"tool_call_id": identity.tool_call_id})
+    if isinstance(output, Command) and isinstance(output.update, dict):
+        messages = output.update.get("messages")
+        if isinstance(messages, list):
+            fixed = [_for_this_call(m, identity) for m in messages]
+            return dataclasses.replace(output, update={**output.update, "messages": fixed})
+    return output
 
 
 def _load_output(codec: ValueCodec, json: str | None, data: bytes | None, type_: str | None) -> Any:
