@@ -7,6 +7,7 @@ and starts it again, then checks that the graph goes on and nothing is lost.
 
 from __future__ import annotations
 
+import itertools
 import os
 import shutil
 import socket
@@ -94,8 +95,11 @@ def test_graph_survives_a_server_restart(cluster: PrivateCluster) -> None:
         assert state.values == {"total": 4, "log": [f"step{i}" for i in range(4)]}
         history = list(graph.get_state_history(thread("restart")))
         assert len(history) == 12  # input, __start__, inc per turn: no step lost
-        for newer, older in zip(history, history[1:]):
-            assert newer.parent_config["configurable"]["checkpoint_id"] == older.config["configurable"]["checkpoint_id"]
+        for newer, older in itertools.pairwise(history):
+            assert (
+                newer.parent_config["configurable"]["checkpoint_id"]
+                == older.config["configurable"]["checkpoint_id"]
+            )
 
 
 async def test_async_graph_survives_a_server_restart(cluster: PrivateCluster) -> None:
