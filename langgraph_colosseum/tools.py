@@ -25,7 +25,7 @@ from collections.abc import Callable, Mapping, Sequence
 from concurrent.futures import ThreadPoolExecutor
 from concurrent.futures import TimeoutError as FutureTimeout
 from datetime import timedelta
-from typing import Any
+from typing import Any, NamedTuple
 
 from langchain_core.tools import BaseTool
 from langgraph.prebuilt import ToolNode
@@ -44,7 +44,13 @@ from langgraph_colosseum._core.ledger import (
     execute_once,
     heartbeat,
 )
-from langgraph_colosseum.errors import LedgerMissingError
+from langgraph_colosseum.errors import (
+    ColosseumError,
+    LedgerMissingError,
+    ToolFailedError,
+    ToolOutcomeUnknownError,
+    ToolWaitTimeoutError,
+)
 
 __all__ = ["IdempotentToolNode", "ToolCallIdentity", "ToolPolicy", "current_idempotency_key"]
 
@@ -154,10 +160,25 @@ class IdempotentToolNode(ToolNode):
 
     # -------------------------------------------------------------- drivers
 
+    # ToolNode turns exceptions from a wrapper into error ToolMessages for the
+    # LLM when handle_tool_errors allows. The ledger's own errors (no ledger,
+    # outcome unknown, another worker holding the call, an earlier failure that
+    # propagated) are for the graph and its operators, not the model: the
+    # wrappers hand them back as `_LedgerError`, and these re-raise them.
+
+    def _run_one(self, *args: Any, **kwargs: Any) -> Any:
+        return _raise_ledger_error(super()._run_one(*args, **kwargs))
+
+    async def _arun_one(self, *args: Any, **kwargs: Any) -> Any:
+        return _raise_ledger_error(await super()._arun_one(*args, **kwargs))
+
     def _wrap_sync(
         self, request: ToolCallRequest, execute: Callable[[ToolCallRequest], Any]
     ) -> Any:
-        ledger, plan = self._plan(request)
+        try:
+            ledger, plan = self._plan(request)
+        except _FOR_THE_GRAPH as exc:
+            return _LedgerError(exc)
 
         def perform(req: Request) -> Any:
             if isinstance(req, Sleep):
@@ -167,12 +188,18 @@ class IdempotentToolNode(ToolNode):
                 return _run_tool_sync(ledger, req, lambda: execute(request))
             return ledger._run(_single(req))
 
-        return io.run(execute_once(plan, ledger._store.codec), perform)
+        try:
+            return io.run(execute_once(plan, ledger._store.codec), perform)
+        except _FOR_THE_GRAPH as exc:
+            return _LedgerError(exc)
 
     async def _wrap_async(
         self, request: ToolCallRequest, execute: Callable[[ToolCallRequest], Any]
     ) -> Any:
-        ledger, plan = self._plan(request)
+        try:
+            ledger, plan = self._plan(request)
+        except _FOR_THE_GRAPH as exc:
+            return _LedgerError(exc)
 
         async def perform(req: Request) -> Any:
             if isinstance(req, Sleep):
@@ -182,7 +209,30 @@ class IdempotentToolNode(ToolNode):
                 return await _run_tool_async(ledger, req, lambda: execute(request))
             return await ledger._arun(_single(req))
 
-        return await io.arun(execute_once(plan, ledger._store.codec), perform)
+        try:
+            return await io.arun(execute_once(plan, ledger._store.codec), perform)
+        except _FOR_THE_GRAPH as exc:
+            return _LedgerError(exc)
+
+
+# Ledger errors that bypass handle_tool_errors. A tool that overran its timeout
+# (ToolTimeoutError) is a tool failure like any other, and is not among them.
+_FOR_THE_GRAPH = (
+    LedgerMissingError,
+    ToolOutcomeUnknownError,
+    ToolWaitTimeoutError,
+    ToolFailedError,
+)
+
+
+class _LedgerError(NamedTuple):
+    error: ColosseumError
+
+
+def _raise_ledger_error(result: Any) -> Any:
+    if isinstance(result, _LedgerError):
+        raise result.error
+    return result
 
 
 def _single(request: Request) -> io.Operation[Any]:

@@ -18,7 +18,7 @@ A claim that finds the key taken reads its row and decides:
 | SUCCESS | the stored output, the tool is not called |
 | RUNNING, lease live | poll until it finishes or `wait` runs out (ToolWaitTimeoutError) |
 | RUNNING / TIMED_OUT, lease lapsed | outcome unknown: `on_unknown="raise"` raises ToolOutcomeUnknownError, `"retry"` takes the claim over and runs again |
-| FAILED | `on_failed="raise"` raises ToolFailedError with the stored error, `"retry"` runs again |
+| FAILED | `on_failed="raise"`: the recorded answer (an error ToolMessage), or ToolFailedError with the stored error when the exception propagated; `"retry"` runs again |
 """
 
 from __future__ import annotations
@@ -179,6 +179,11 @@ def execute_once(plan: ToolCallPlan, codec: ValueCodec) -> Operation[Any]:
         if status == "SUCCESS":
             return _for_this_call(_load_output(codec, output, output_bytes, output_type), identity)
         if status == "FAILED":
+            if output is not None or output_bytes is not None:
+                # The graph was answered already (an error ToolMessage): answer the same.
+                return _for_this_call(
+                    _load_output(codec, output, output_bytes, output_type), identity
+                )
             raise _error(ToolFailedError, f"the tool failed before: {error}", plan)
         if not live:
             raise _error(
