@@ -1,8 +1,8 @@
 """Idempotent tools: a payment that runs once, however often the step is re-run.
 
 Run:  python examples/idempotent_tools.py
-Uses COLOSSEUM_DATABASE_URL (or DATABASE_URL), else the local PostgreSQL on
-127.0.0.1:5432, database `test`.
+Uses COLOSSEUM_DATABASE_URL (or DATABASE_URL); with neither set, an embedded
+PostgreSQL under ~/.local/share/colosseum (the `embedded` extra).
 
 The agent asks for one payment. The tools step is then re-run twice, as a
 worker taking over a crashed run would: the bank sees one payment.
@@ -10,7 +10,6 @@ worker taking over a crashed run would: the bank sees one payment.
 
 from __future__ import annotations
 
-import os
 import uuid
 from typing import Annotated, TypedDict
 
@@ -20,12 +19,6 @@ from langgraph.graph import START, StateGraph
 from langgraph.graph.message import add_messages
 
 from langgraph_colosseum import ColosseumSaver, IdempotentToolNode, current_idempotency_key
-
-DATABASE_URL = (
-    os.environ.get("COLOSSEUM_DATABASE_URL")
-    or os.environ.get("DATABASE_URL")
-    or "postgresql://postgres@127.0.0.1:5432/test"
-)
 
 BANK: list[tuple[str, int, str]] = []  # the outside world: what the bank executed
 
@@ -48,7 +41,9 @@ def agent(state: State) -> dict:
             AIMessage(
                 "",
                 id="ai-1",
-                tool_calls=[{"name": "send_payment", "args": {"to": "ACME", "amount": 250}, "id": "call-1"}],
+                tool_calls=[
+                    {"name": "send_payment", "args": {"to": "ACME", "amount": 250}, "id": "call-1"}
+                ],
             )
         ]
     }
@@ -56,7 +51,7 @@ def agent(state: State) -> dict:
 
 def main() -> None:
     thread = {"configurable": {"thread_id": f"payments-{uuid.uuid4().hex[:8]}"}}
-    with ColosseumSaver.from_conn_string(DATABASE_URL) as saver:
+    with ColosseumSaver.from_env() as saver:
         saver.setup()
         builder = StateGraph(State)
         builder.add_node("agent", agent)

@@ -1,13 +1,12 @@
 """Quickstart: a chat graph whose every step lands in Postgres jsonb.
 
 Run:  python examples/quickstart.py
-Uses COLOSSEUM_DATABASE_URL (or DATABASE_URL), else the local PostgreSQL on
-127.0.0.1:5432, database `test`.
+Uses COLOSSEUM_DATABASE_URL (or DATABASE_URL); with neither set, an embedded
+PostgreSQL under ~/.local/share/colosseum (the `embedded` extra).
 """
 
 from __future__ import annotations
 
-import os
 import uuid
 from typing import Annotated, TypedDict
 
@@ -17,12 +16,7 @@ from langgraph.graph import START, StateGraph
 from langgraph.graph.message import add_messages
 
 from langgraph_colosseum import ColosseumSaver
-
-DATABASE_URL = (
-    os.environ.get("COLOSSEUM_DATABASE_URL")
-    or os.environ.get("DATABASE_URL")
-    or "postgresql://postgres@127.0.0.1:5432/test"
-)
+from langgraph_colosseum.embedded import database_url
 
 
 class State(TypedDict):
@@ -46,7 +40,7 @@ def build_graph(saver: ColosseumSaver):
 
 def main() -> None:
     thread = {"configurable": {"thread_id": f"quickstart-{uuid.uuid4().hex[:8]}"}}
-    with ColosseumSaver.from_conn_string(DATABASE_URL) as saver:
+    with ColosseumSaver.from_env() as saver:
         saver.setup()
         graph = build_graph(saver)
 
@@ -82,7 +76,7 @@ def main() -> None:
         print(f"after update_state: ticker = {graph.get_state(thread).values['ticker']}")
 
     # The state is plain jsonb: ask Postgres which threads last talked about TSLA.
-    with psycopg.connect(DATABASE_URL) as conn:
+    with psycopg.connect(database_url()) as conn:
         rows = conn.execute(
             """
             SELECT DISTINCT ON (c.thread_id) c.thread_id, v.value #>> '{}' AS ticker

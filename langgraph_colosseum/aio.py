@@ -22,6 +22,7 @@ from langgraph_colosseum._driver import (
     is_connection_failure,
     logger,
 )
+from langgraph_colosseum.embedded import database_url
 from langgraph_colosseum.saver import DEFAULT_POOL_SIZE
 
 T = TypeVar("T")
@@ -78,6 +79,20 @@ class AsyncColosseumSaver(ColosseumSaverBase):
             open=False,
         ) as pool:
             yield cls(pool, serde=serde, **options)
+
+    @classmethod
+    @asynccontextmanager
+    async def from_env(
+        cls,
+        *,
+        pool_size: int | None = None,
+        serde: SerializerProtocol | None = None,
+        **options: Any,
+    ) -> AsyncIterator[AsyncColosseumSaver]:
+        """A saver on COLOSSEUM_DATABASE_URL / DATABASE_URL, else the embedded PostgreSQL."""
+        url = await asyncio.to_thread(database_url)  # may start the embedded server
+        async with cls.from_conn_string(url, pool_size=pool_size, serde=serde, **options) as saver:
+            yield saver
 
     async def setup(self) -> int:
         """Create or upgrade the schema; returns its version. Safe to call concurrently."""

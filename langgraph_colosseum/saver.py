@@ -23,6 +23,7 @@ from langgraph_colosseum._driver import (
     logger,
     perform,
 )
+from langgraph_colosseum.embedded import database_url
 
 T = TypeVar("T")
 
@@ -74,6 +75,26 @@ class ColosseumSaver(ColosseumSaverBase):
             open=True,
         ) as pool:
             yield cls(pool, serde=serde, **options)
+
+    @classmethod
+    @contextmanager
+    def from_env(
+        cls,
+        *,
+        pool_size: int | None = None,
+        serde: SerializerProtocol | None = None,
+        **options: Any,
+    ) -> Iterator[ColosseumSaver]:
+        """A saver on COLOSSEUM_DATABASE_URL / DATABASE_URL, else the embedded PostgreSQL.
+
+        Example:
+            >>> with ColosseumSaver.from_env() as saver:
+            ...     saver.setup()
+        """
+        with cls.from_conn_string(
+            database_url(), pool_size=pool_size, serde=serde, **options
+        ) as saver:
+            yield saver
 
     def setup(self) -> int:
         """Create or upgrade the schema; returns its version. Safe to call concurrently."""

@@ -1,12 +1,14 @@
 """Shared fixtures: a throwaway Postgres database for the whole test session.
 
 The server comes from COLOSSEUM_TEST_POSTGRES_URL, else the local PostgreSQL on
-127.0.0.1:5432. Each session creates its own database and drops it at the end,
+127.0.0.1:5432, else the embedded one (the `embedded` extra), so `pytest` passes
+on a bare laptop too. Each session creates its own database and drops it at the end,
 so runs never see each other's rows.
 """
 
 from __future__ import annotations
 
+import functools
 import os
 import uuid
 from collections.abc import AsyncIterator, Iterator
@@ -23,10 +25,21 @@ TRUNCATE = (
 )
 
 
+LOCAL_SERVER = "postgresql://postgres@127.0.0.1:5432/test"
+
+
+@functools.cache
 def server_url() -> str:
-    return os.environ.get(
-        "COLOSSEUM_TEST_POSTGRES_URL", "postgresql://postgres@127.0.0.1:5432/test"
-    )
+    """COLOSSEUM_TEST_POSTGRES_URL, else the local server, else the embedded one."""
+    if configured := os.environ.get("COLOSSEUM_TEST_POSTGRES_URL"):
+        return configured
+    try:
+        psycopg.connect(LOCAL_SERVER, connect_timeout=3).close()
+        return LOCAL_SERVER
+    except psycopg.OperationalError:
+        from langgraph_colosseum.embedded import embedded_postgres_url
+
+        return embedded_postgres_url()
 
 
 @pytest.fixture(scope="session")
