@@ -13,6 +13,7 @@ from langgraph_colosseum.errors import (
     LedgerMissingError,
     SchemaError,
     SchemaVersionError,
+    ThreadBusyError,
     ToolFailedError,
     ToolOutcomeUnknownError,
     ToolTimeoutError,
@@ -22,10 +23,12 @@ from langgraph_colosseum.errors import (
     ValueNotStorableError,
 )
 from langgraph_colosseum.saver import ColosseumSaver
+from langgraph_colosseum.threads import AuditEntry, ThreadInfo
 from langgraph_colosseum.tools import IdempotentToolNode, current_idempotency_key
 
 __all__ = [
     "AsyncColosseumSaver",
+    "AuditEntry",
     "CodecError",
     "ColosseumError",
     "ColosseumSaver",
@@ -35,6 +38,8 @@ __all__ = [
     "LedgerMissingError",
     "SchemaError",
     "SchemaVersionError",
+    "ThreadBusyError",
+    "ThreadInfo",
     "ToolFailedError",
     "ToolOutcomeUnknownError",
     "ToolTimeoutError",

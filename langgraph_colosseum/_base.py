@@ -10,7 +10,8 @@ from __future__ import annotations
 
 import abc
 from collections.abc import AsyncIterator, Collection, Iterable, Iterator, Mapping, Sequence
-from typing import Any, TypeVar
+from datetime import timedelta
+from typing import TYPE_CHECKING, Any, TypeVar
 
 from langchain_core.runnables import RunnableConfig
 from langgraph.checkpoint.base import (
@@ -32,9 +33,18 @@ from langgraph_colosseum._core.values import ValueCodec
 
 T = TypeVar("T")
 
+if TYPE_CHECKING:
+    from langgraph_colosseum.threads import AsyncThreads, Threads
+
+
+OnBusy = str  # "reject" | "wait"
+DEFAULT_LEASE = timedelta(seconds=30)
+
 
 class ColosseumSaverBase(BaseCheckpointSaver[str], abc.ABC):
     """Shared body of `ColosseumSaver` and `AsyncColosseumSaver`."""
+
+    _threads_api: Any  # the Threads class of the driver (blocking or asyncio)
 
     def __init__(
         self,
@@ -200,6 +210,25 @@ class ColosseumSaverBase(BaseCheckpointSaver[str], abc.ABC):
         self, *, config: RunnableConfig, channels: Sequence[str]
     ) -> Mapping[str, DeltaChannelHistory]:
         return await self._arun(self._store.delta_history(config, channels))
+
+    @property
+    def threads(self) -> Threads | AsyncThreads:
+        """The thread registry: get, search, update, delete, messages (audit trail)."""
+        return self._threads_api(self)
+
+    def run_guard(
+        self, thread_id: str, *, on_busy: OnBusy = "reject", lease: timedelta = DEFAULT_LEASE
+    ) -> Any:
+        """Hold `thread_id` for one run; a second run gets ThreadBusyError, or waits.
+
+        Writes from any other run are refused while the guard is held; a holder
+        that dies lets go when its lease lapses.
+
+        Example:
+            >>> with saver.run_guard("t1", on_busy="wait"):
+            ...     graph.invoke(inputs, {"configurable": {"thread_id": "t1"}})
+        """
+        return self.threads.guard(thread_id, on_busy=on_busy, lease=lease)
 
     def get_next_version(self, current: str | None, channel: None) -> str:
         return next_version(current)

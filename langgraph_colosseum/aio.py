@@ -24,6 +24,7 @@ from langgraph_colosseum._driver import (
 )
 from langgraph_colosseum.embedded import database_url
 from langgraph_colosseum.saver import DEFAULT_POOL_SIZE
+from langgraph_colosseum.threads import AsyncThreads
 
 T = TypeVar("T")
 
@@ -40,6 +41,8 @@ class AsyncColosseumSaver(ColosseumSaverBase):
         ...     graph = builder.compile(checkpointer=saver)
         ...     await graph.ainvoke(inputs, {"configurable": {"thread_id": "t1"}})
     """
+
+    _threads_api = AsyncThreads
 
     def __init__(
         self,

@@ -143,3 +143,14 @@ class ToolTimeoutError(ToolCallError):
 
 class LedgerMissingError(ColosseumError):
     """IdempotentToolNode has no Colosseum saver to keep its ledger in."""
+
+
+class ThreadBusyError(ColosseumError):
+    """Another run holds the thread (`run_guard`); this one may not run or write."""
+
+    def __init__(self, thread_id: str, detail: str = "") -> None:
+        self.thread_id = thread_id
+        super().__init__(
+            f"thread {thread_id!r} is busy: another run holds it{detail}. Wait for it "
+            "(run_guard(..., on_busy='wait')) or try again later."
+        )

@@ -24,6 +24,7 @@ from langgraph_colosseum._driver import (
     perform,
 )
 from langgraph_colosseum.embedded import database_url
+from langgraph_colosseum.threads import Threads
 
 T = TypeVar("T")
 
@@ -39,6 +40,8 @@ class ColosseumSaver(ColosseumSaverBase):
         ...     graph = builder.compile(checkpointer=saver)
         ...     graph.invoke(inputs, {"configurable": {"thread_id": "t1"}})
     """
+
+    _threads_api = Threads
 
     def __init__(
         self,

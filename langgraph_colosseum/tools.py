@@ -33,7 +33,7 @@ from langgraph.prebuilt.tool_node import ToolCallRequest
 
 from langgraph_colosseum._base import ColosseumSaverBase
 from langgraph_colosseum._core import io
-from langgraph_colosseum._core.io import Request, RunTool, Sleep
+from langgraph_colosseum._core.io import Request, RunTool
 from langgraph_colosseum._core.ledger import (
     OnFailed,
     OnUnknown,
@@ -181,12 +181,9 @@ class IdempotentToolNode(ToolNode):
             return _LedgerError(exc)
 
         def perform(req: Request) -> Any:
-            if isinstance(req, Sleep):
-                threading.Event().wait(req.seconds)
-                return None
             if isinstance(req, RunTool):
                 return _run_tool_sync(ledger, req, lambda: execute(request))
-            return ledger._run(_single(req))
+            return ledger._run(io.single(req))
 
         try:
             return io.run(execute_once(plan, ledger._store.codec), perform)
@@ -202,12 +199,9 @@ class IdempotentToolNode(ToolNode):
             return _LedgerError(exc)
 
         async def perform(req: Request) -> Any:
-            if isinstance(req, Sleep):
-                await asyncio.sleep(req.seconds)
-                return None
             if isinstance(req, RunTool):
                 return await _run_tool_async(ledger, req, lambda: execute(request))
-            return await ledger._arun(_single(req))
+            return await ledger._arun(io.single(req))
 
         try:
             return await io.arun(execute_once(plan, ledger._store.codec), perform)
@@ -233,11 +227,6 @@ def _raise_ledger_error(result: Any) -> Any:
     if isinstance(result, _LedgerError):
         raise result.error
     return result
-
-
-def _single(request: Request) -> io.Operation[Any]:
-    """An operation that is one request (lets the saver's driver run it)."""
-    return (yield request)
 
 
 def _stable_namespace(checkpoint_ns: str) -> str:

@@ -21,7 +21,7 @@ from langgraph_colosseum import AsyncColosseumSaver, ColosseumSaver
 
 TRUNCATE = (
     "TRUNCATE colosseum_checkpoints, colosseum_channel_values, colosseum_writes, "
-    "colosseum_delta_histories, colosseum_tool_calls"
+    "colosseum_delta_histories, colosseum_tool_calls, colosseum_threads"
 )
 
 

@@ -9,10 +9,14 @@ operation that pauses (a `list` being iterated slowly) holds no connection.
 * `Transaction`: statements that commit together, pipelined in one round trip;
   the result is the list of per-statement results.
 * `Emit`: not I/O; an item for the caller of a streaming operation (`list`).
+* `Sleep`: a pause (polling another worker); the runners below do it themselves.
+* `RunTool`: run a tool call; only IdempotentToolNode's drivers take it.
 """
 
 from __future__ import annotations
 
+import asyncio
+import time
 from collections.abc import AsyncIterator, Awaitable, Callable, Generator, Iterator, Mapping
 from typing import Any, NamedTuple, TypeVar
 
@@ -64,6 +68,11 @@ Operation = Generator[Request, Any, T]
 # A runner that meets `Emit` in a non-streaming operation is a bug in the caller.
 
 
+def single(request: Request) -> Operation[Any]:
+    """The operation that is just `request`."""
+    return (yield request)
+
+
 def run(op: Operation[T], perform: Callable[[Request], Any]) -> T:
     result = None
     while True:
@@ -73,7 +82,11 @@ def run(op: Operation[T], perform: Callable[[Request], Any]) -> T:
             return stop.value
         if isinstance(request, Emit):
             raise TypeError("a streaming operation must be driven by stream()")
-        result = perform(request)
+        if isinstance(request, Sleep):
+            time.sleep(request.seconds)
+            result = None
+        else:
+            result = perform(request)
 
 
 def stream(op: Operation[Any], perform: Callable[[Request], Any]) -> Iterator[Any]:
@@ -99,7 +112,11 @@ async def arun(op: Operation[T], perform: Callable[[Request], Awaitable[Any]]) -
             return stop.value
         if isinstance(request, Emit):
             raise TypeError("a streaming operation must be driven by astream()")
-        result = await perform(request)
+        if isinstance(request, Sleep):
+            await asyncio.sleep(request.seconds)
+            result = None
+        else:
+            result = await perform(request)
 
 
 async def astream(

@@ -114,6 +114,35 @@ MIGRATIONS: list[str] = [
         PRIMARY KEY (thread_id, idempotency_key)
     );
     """,
+    # 3: the thread registry, kept current by put / put_writes in their statement.
+    # `state_values` holds the root head's small channel values (up to 1 KB each,
+    # see store.SEARCHABLE_VALUE_BYTES) for `threads.search(values=...)`.
+    """
+    CREATE TABLE IF NOT EXISTS colosseum_threads (
+        thread_id          text COLLATE "C" PRIMARY KEY,
+        status             text NOT NULL DEFAULT 'idle'
+                           CHECK (status IN ('idle', 'busy', 'interrupted', 'error')),
+        created_at         timestamptz NOT NULL DEFAULT now(),
+        updated_at         timestamptz NOT NULL DEFAULT now(),
+        metadata           jsonb NOT NULL DEFAULT '{}',
+        state_values       jsonb NOT NULL DEFAULT '{}',
+        head_checkpoint_id text COLLATE "C",
+        expires_at         timestamptz,
+        run_owner          text,
+        run_token          bigint NOT NULL DEFAULT 0,
+        run_lease_until    timestamptz
+    );
+    CREATE INDEX IF NOT EXISTS colosseum_threads_metadata
+        ON colosseum_threads USING gin (metadata jsonb_path_ops);
+    CREATE INDEX IF NOT EXISTS colosseum_threads_values
+        ON colosseum_threads USING gin (state_values jsonb_path_ops);
+    CREATE INDEX IF NOT EXISTS colosseum_threads_status_updated
+        ON colosseum_threads (status, updated_at DESC);
+    CREATE INDEX IF NOT EXISTS colosseum_threads_updated
+        ON colosseum_threads (updated_at DESC);
+    CREATE INDEX IF NOT EXISTS colosseum_threads_expires
+        ON colosseum_threads (expires_at) WHERE expires_at IS NOT NULL;
+    """,
 ]
 
 LATEST_VERSION = len(MIGRATIONS)

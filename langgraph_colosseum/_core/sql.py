@@ -184,6 +184,45 @@ missing AS (
     WHERE i.base_version IS NOT NULL
       AND NOT EXISTS (SELECT 1 FROM bases b WHERE b.channel = i.channel AND b.version = i.base_version)
 ),
+-- Another run holds the thread (run_guard): this writer may not interleave.
+fenced AS (
+    SELECT 1 FROM colosseum_threads
+    WHERE thread_id = %(thread_id)s AND run_owner IS NOT NULL AND run_lease_until > now()
+      AND run_owner IS DISTINCT FROM %(run_owner)s::text
+),
+refused AS (
+    SELECT 1 FROM missing UNION ALL SELECT 1 FROM fenced
+),
+registry AS (
+    INSERT INTO colosseum_threads AS t
+        (thread_id, metadata, state_values, head_checkpoint_id, expires_at)
+    SELECT %(thread_id)s, %(run_metadata)s::jsonb, %(values_set)s::jsonb, %(checkpoint_id)s,
+           now() + %(ttl)s::interval
+    WHERE %(checkpoint_ns)s = '' AND NOT EXISTS (SELECT 1 FROM refused)
+    ON CONFLICT (thread_id) DO UPDATE
+    -- put_writes of this checkpoint may have landed first (LangGraph sends both
+    -- in the background): an interrupt or error already recorded for the new
+    -- head stays the status.
+    SET updated_at = now(),
+        status = CASE
+            WHEN t.status = 'busy' THEN 'busy'
+            WHEN EXCLUDED.head_checkpoint_id < coalesce(t.head_checkpoint_id, '') THEN t.status
+            WHEN EXISTS (SELECT 1 FROM colosseum_writes w
+                         WHERE w.thread_id = %(thread_id)s AND w.checkpoint_ns = ''
+                           AND w.checkpoint_id = %(checkpoint_id)s AND w.channel = '__error__')
+                THEN 'error'
+            WHEN EXISTS (SELECT 1 FROM colosseum_writes w
+                         WHERE w.thread_id = %(thread_id)s AND w.checkpoint_ns = ''
+                           AND w.checkpoint_id = %(checkpoint_id)s AND w.channel = '__interrupt__')
+                THEN 'interrupted'
+            ELSE 'idle' END,
+        metadata = t.metadata || EXCLUDED.metadata,
+        state_values = CASE WHEN EXCLUDED.head_checkpoint_id >= coalesce(t.head_checkpoint_id, '')
+                            THEN (t.state_values - %(values_del)s::text[]) || EXCLUDED.state_values
+                            ELSE t.state_values END,
+        head_checkpoint_id = greatest(t.head_checkpoint_id, EXCLUDED.head_checkpoint_id),
+        expires_at = EXCLUDED.expires_at
+),
 new_values AS (
     INSERT INTO colosseum_channel_values
         (thread_id, checkpoint_ns, channel, version, encoding, value, value_bytes, value_type,
@@ -191,7 +230,7 @@ new_values AS (
     SELECT %(thread_id)s, %(checkpoint_ns)s, i.channel, i.version, i.encoding,
            i.value::jsonb, i.value_bytes, i.value_type, i.base_version, i.depth
     FROM input i
-    WHERE NOT EXISTS (SELECT 1 FROM missing)
+    WHERE NOT EXISTS (SELECT 1 FROM refused)
     ON CONFLICT (thread_id, checkpoint_ns, channel, version) DO NOTHING
     RETURNING channel
 ),
@@ -200,19 +239,34 @@ new_checkpoint AS (
         (thread_id, checkpoint_ns, checkpoint_id, parent_checkpoint_id, run_id, checkpoint, metadata)
     SELECT %(thread_id)s, %(checkpoint_ns)s, %(checkpoint_id)s, %(parent_checkpoint_id)s,
            %(run_id)s, %(checkpoint)s::jsonb, %(metadata)s::jsonb
-    WHERE NOT EXISTS (SELECT 1 FROM missing)
+    WHERE NOT EXISTS (SELECT 1 FROM refused)
     ON CONFLICT (thread_id, checkpoint_ns, checkpoint_id)
     DO UPDATE SET checkpoint = EXCLUDED.checkpoint, metadata = EXCLUDED.metadata,
                   run_id = EXCLUDED.run_id
 )
 SELECT ARRAY(SELECT channel FROM missing) AS missing_bases,
-       ARRAY(SELECT channel FROM new_values) AS inserted
+       ARRAY(SELECT channel FROM new_values) AS inserted,
+       EXISTS (SELECT 1 FROM fenced) AS fenced
 """
 
 # Regular writes are insert-if-absent (a retried task must not change what
 # was recorded); special channels (negative idx: errors, interrupts, resumes)
 # replace, as InMemorySaver does.
 PUT_WRITES = """
+WITH fenced AS (
+    SELECT 1 FROM colosseum_threads
+    WHERE thread_id = %(thread_id)s AND run_owner IS NOT NULL AND run_lease_until > now()
+      AND run_owner IS DISTINCT FROM %(run_owner)s::text
+),
+status AS (
+    -- An interrupt or an error at the root head is the thread's status.
+    UPDATE colosseum_threads
+    SET status = %(status)s, updated_at = now()
+    WHERE thread_id = %(thread_id)s AND %(status)s::text IS NOT NULL AND status <> 'busy'
+      AND coalesce(head_checkpoint_id, '') <= %(checkpoint_id)s
+      AND NOT EXISTS (SELECT 1 FROM fenced)
+),
+inserted AS (
 INSERT INTO colosseum_writes
     (thread_id, checkpoint_ns, checkpoint_id, task_id, idx, task_path, channel,
      encoding, value, value_bytes, value_type)
@@ -221,14 +275,18 @@ SELECT %(thread_id)s, %(checkpoint_ns)s, %(checkpoint_id)s, %(task_id)s, u.idx,
 FROM unnest(%(idxs)b::int[], %(channels)b::text[], %(encodings)b::text[],
             %(jsons)b::text[], %(datas)b::bytea[], %(types)b::text[])
      AS u(idx, channel, encoding, value, value_bytes, value_type)
+WHERE NOT EXISTS (SELECT 1 FROM fenced)
 ON CONFLICT (thread_id, checkpoint_ns, checkpoint_id, task_id, idx)
 DO UPDATE SET channel = EXCLUDED.channel, task_path = EXCLUDED.task_path,
               encoding = EXCLUDED.encoding, value = EXCLUDED.value,
               value_bytes = EXCLUDED.value_bytes, value_type = EXCLUDED.value_type
 WHERE EXCLUDED.idx < 0
+)
+SELECT EXISTS (SELECT 1 FROM fenced)
 """
 
 _THREAD_TABLES = (
+    "colosseum_threads",
     "colosseum_tool_calls",
     "colosseum_delta_histories",
     "colosseum_writes",

@@ -10,11 +10,13 @@ import copy
 import math
 import random
 from collections.abc import Mapping, Sequence
+from datetime import timedelta
 from typing import Any
 
 import orjson
 from langchain_core.runnables import RunnableConfig
 from langgraph.checkpoint.base import (
+    EXCLUDED_METADATA_KEYS,
     WRITES_IDX_MAP,
     ChannelVersions,
     Checkpoint,
@@ -26,9 +28,11 @@ from langgraph.checkpoint.base import (
     get_serializable_checkpoint_metadata,
     writes_sort_key,
 )
+from langgraph.checkpoint.serde.types import ERROR, INTERRUPT
 
 from langgraph_colosseum._core import schema, shapes, sql
 from langgraph_colosseum._core.bases import DEFAULT_MAX_BYTES, BaseCache, ChannelKey
+from langgraph_colosseum._core.guard import RUN_OWNER
 from langgraph_colosseum._core.io import Emit, Operation, Query, Transaction
 from langgraph_colosseum._core.values import (
     DELTA_ENCODINGS,
@@ -51,6 +55,7 @@ from langgraph_colosseum.errors import (
     CodecError,
     InvalidConfigError,
     SchemaVersionError,
+    ThreadBusyError,
     UnsupportedValueError,
 )
 
@@ -108,6 +113,7 @@ class CheckpointStore:
         self.snapshot_every = snapshot_every
         self.bases = BaseCache(base_cache_bytes)
         self.seeds = ValueMemo(base_cache_bytes)
+        self.thread_ttl: timedelta | None = None  # set by Retention (threads.py)
 
     def with_codec(self, codec: ValueCodec) -> CheckpointStore:
         """The same store (and base cache) reading and writing through `codec`."""
@@ -372,10 +378,13 @@ class CheckpointStore:
             ),
             "channels": list(new_versions),
             "versions": [str(v) for v in new_versions.values()],
+            **self._registry_params(config, checkpoint_ns, values, new_versions, planned),
         }
-        ((missing_bases, inserted),) = yield Query(
+        ((missing_bases, inserted, fenced),) = yield Query(
             sql.PUT, {**params, **_value_columns(planned)}, prepare=None
         )
+        if fenced:
+            raise ThreadBusyError(thread_id)
         if missing_bases:
             # A base this process remembered was pruned meanwhile: nothing was
             # written; forget those bases and write those channels in full.
@@ -388,9 +397,11 @@ class CheckpointStore:
                 else (stored, base)
                 for (stored, base), (ch, v) in zip(planned, new_versions.items())
             ]
-            ((missing_bases, inserted),) = yield Query(
+            ((missing_bases, inserted, fenced),) = yield Query(
                 sql.PUT, {**params, **_value_columns(planned)}
             )
+            if fenced:
+                raise ThreadBusyError(thread_id)
             assert not missing_bases
         # Remember what was stored, and only that: a version that already
         # existed (the insert did nothing) may hold another value.
@@ -399,6 +410,52 @@ class CheckpointStore:
             if base is not None and channel in written:
                 self.bases.put((thread_id, checkpoint_ns, channel), base)
         return checkpoint_config(thread_id, checkpoint_ns, checkpoint_id)
+
+    def _registry_params(
+        self,
+        config: RunnableConfig,
+        checkpoint_ns: str,
+        values: dict[str, Any],
+        new_versions: ChannelVersions,
+        planned: list[tuple[StoredValue, shapes.Base | None]],
+    ) -> dict[str, Any]:
+        """The thread row's share of a put: run metadata, small values, fencing."""
+        run_metadata = {
+            k: v
+            for k, v in (config.get("metadata") or {}).items()
+            if not k.startswith("__")
+            and k not in EXCLUDED_METADATA_KEYS
+            and type(v) in (str, int, float, bool)
+        }
+        values_set: dict[str, Any] = {}
+        values_del: list[str] = []
+        if checkpoint_ns == "":
+            for channel, (stored, _) in zip(new_versions, planned):
+                if channel.startswith("__") or ":" in channel:
+                    continue  # LangGraph's own channels (tasks, branches) are not state
+                text = stored.json if stored.encoding == JSON else None
+                if text is None and stored.encoding in DELTA_ENCODINGS:
+                    text = self._small_json(values[channel])
+                if text is not None and len(text) <= SEARCHABLE_VALUE_BYTES:
+                    values_set[channel] = orjson.loads(text)
+                else:
+                    values_del.append(channel)
+        return {
+            "run_owner": RUN_OWNER.get(),
+            "run_metadata": self.codec.dump_json(run_metadata),
+            "values_set": orjson.dumps(values_set).decode(),
+            "values_del": values_del,
+            "ttl": self.thread_ttl,
+        }
+
+    def _small_json(self, value: Any) -> str | None:
+        """The typed JSON of a small list/dict (a delta-stored value), else None."""
+        if len(value) > SEARCHABLE_VALUE_BYTES // 8:
+            return None
+        try:
+            return self.codec.encode(value)[1]
+        except CodecError:
+            return None
 
     def _plan_value(
         self, where: Where, version: str, value: Any
@@ -472,9 +529,13 @@ class CheckpointStore:
             "task_path": task_path,
             "idxs": list(by_idx),
             "channels": [channel for channel, _ in by_idx.values()],
+            "run_owner": RUN_OWNER.get(),
+            "status": _status_of_writes(checkpoint_ns, [channel for channel, _ in writes]),
             **columns(stored),
         }
-        yield Query(sql.PUT_WRITES, params, fetch=False, prepare=None)
+        ((fenced,),) = yield Query(sql.PUT_WRITES, params, prepare=None)
+        if fenced:
+            raise ThreadBusyError(thread_id)
 
     # ------------------------------------------------------------ maintenance
 
@@ -835,6 +896,21 @@ def _chain_size(values: Materializer, key: ValueKey) -> tuple[int, int, int]:
         row = values.rows.get((*key[:3], row.base_version))
     full_bytes = len(orjson.dumps(row.parsed)) if row is not None and row.parsed is not None else 0
     return depth, delta_bytes, full_bytes
+
+
+# A root channel value this small (as typed JSON) is kept in the thread row too,
+# so `threads.search(values=...)` finds it by jsonb containment.
+SEARCHABLE_VALUE_BYTES = 1024
+
+
+def _status_of_writes(checkpoint_ns: str, channels: list[str]) -> str | None:
+    if checkpoint_ns != "":
+        return None
+    if ERROR in channels:
+        return "error"
+    if INTERRUPT in channels:
+        return "interrupted"
+    return None
 
 
 def _is_json_version(version: Any) -> bool:

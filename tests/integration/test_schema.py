@@ -45,6 +45,7 @@ EXPECTED_TABLES = {
     "colosseum_writes",
     "colosseum_delta_histories",
     "colosseum_tool_calls",
+    "colosseum_threads",
 }
 
 

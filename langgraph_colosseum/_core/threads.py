@@ -1,0 +1,244 @@
+"""Thread registry operations (sans-IO): get, search, update, run guard, audit trail.
+
+The registry row is written by `put` / `put_writes` in their own statements
+(`sql.PUT`, `sql.PUT_WRITES`), so it is never behind the checkpoints.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Mapping, Sequence
+from dataclasses import dataclass
+from datetime import datetime
+from typing import Any
+
+from langgraph.checkpoint.base import writes_sort_key
+from langgraph.checkpoint.serde.types import TASKS
+
+from langgraph_colosseum._core.io import Operation, Query, Sleep
+from langgraph_colosseum._core.values import ValueCodec
+from langgraph_colosseum.errors import ThreadBusyError
+
+_THREAD_COLUMNS = """
+    thread_id, status, created_at, updated_at, metadata::text, state_values::text,
+    head_checkpoint_id, expires_at
+"""
+
+GET = f"SELECT {_THREAD_COLUMNS} FROM colosseum_threads WHERE thread_id = %(thread_id)s"
+
+SEARCH = f"""
+SELECT {_THREAD_COLUMNS} FROM colosseum_threads
+WHERE (%(metadata)s::jsonb IS NULL OR metadata @> %(metadata)s::jsonb)
+  AND (%(values)s::jsonb IS NULL OR state_values @> %(values)s::jsonb)
+  AND (%(status)s::text IS NULL OR status = %(status)s)
+ORDER BY updated_at DESC, thread_id
+LIMIT %(limit)s OFFSET %(offset)s
+"""
+
+UPDATE = f"""
+INSERT INTO colosseum_threads AS t (thread_id, metadata) VALUES (%(thread_id)s, %(metadata)s::jsonb)
+ON CONFLICT (thread_id) DO UPDATE SET metadata = t.metadata || EXCLUDED.metadata, updated_at = now()
+RETURNING {_THREAD_COLUMNS}
+"""
+
+# Take the thread when no live run holds it; the token fences the holder.
+ACQUIRE = """
+INSERT INTO colosseum_threads AS t (thread_id, status, run_owner, run_token, run_lease_until)
+VALUES (%(thread_id)s, 'busy', %(owner)s, 1, now() + make_interval(secs => %(lease)s))
+ON CONFLICT (thread_id) DO UPDATE
+SET status = 'busy', run_owner = EXCLUDED.run_owner, run_token = t.run_token + 1,
+    run_lease_until = EXCLUDED.run_lease_until, updated_at = now()
+WHERE t.run_owner IS NULL OR t.run_lease_until < now()
+RETURNING run_token
+"""
+
+RENEW = """
+UPDATE colosseum_threads SET run_lease_until = now() + make_interval(secs => %(lease)s)
+WHERE thread_id = %(thread_id)s AND run_owner = %(owner)s
+"""
+
+# Let go, and settle the status from what the head left pending.
+RELEASE = """
+UPDATE colosseum_threads t
+SET run_owner = NULL, run_lease_until = NULL, updated_at = now(),
+    status = CASE
+        WHEN EXISTS (SELECT 1 FROM colosseum_writes w
+                     WHERE w.thread_id = t.thread_id AND w.checkpoint_ns = ''
+                       AND w.checkpoint_id = t.head_checkpoint_id AND w.channel = '__error__')
+            THEN 'error'
+        WHEN EXISTS (SELECT 1 FROM colosseum_writes w
+                     WHERE w.thread_id = t.thread_id AND w.checkpoint_ns = ''
+                       AND w.checkpoint_id = t.head_checkpoint_id AND w.channel = '__interrupt__')
+            THEN 'interrupted'
+        ELSE 'idle' END
+WHERE thread_id = %(thread_id)s AND run_owner = %(owner)s
+"""
+
+# The root branch from the head back to the first checkpoint, with the writes
+# to `channel` (and the Send writes that name push tasks) at each checkpoint.
+AUDIT = """
+WITH RECURSIVE branch AS (
+    SELECT c.checkpoint_id, c.parent_checkpoint_id, 0 AS depth
+    FROM colosseum_checkpoints c
+    WHERE c.thread_id = %(thread_id)s AND c.checkpoint_ns = ''
+      AND c.checkpoint_id = (SELECT head_checkpoint_id FROM colosseum_threads
+                             WHERE thread_id = %(thread_id)s)
+  UNION ALL
+    SELECT p.checkpoint_id, p.parent_checkpoint_id, branch.depth + 1
+    FROM branch
+    CROSS JOIN LATERAL (
+        SELECT c.checkpoint_id, c.parent_checkpoint_id FROM colosseum_checkpoints c
+        WHERE c.thread_id = %(thread_id)s AND c.checkpoint_ns = ''
+          AND c.checkpoint_id = branch.parent_checkpoint_id
+        LIMIT 1
+    ) AS p
+)
+SELECT branch.depth, branch.checkpoint_id, c.metadata -> 'step', c.checkpoint ->> 'ts',
+       w.task_id, w.task_path, w.idx, w.channel, w.encoding, w.value::text, w.value_bytes,
+       w.value_type
+FROM branch
+JOIN colosseum_checkpoints c
+  ON c.thread_id = %(thread_id)s AND c.checkpoint_ns = '' AND c.checkpoint_id = branch.checkpoint_id
+LEFT JOIN LATERAL (
+    SELECT * FROM colosseum_writes w
+    WHERE w.thread_id = %(thread_id)s AND w.checkpoint_ns = ''
+      AND w.checkpoint_id = branch.checkpoint_id AND w.channel IN (%(channel)s, %(tasks)s)
+    OFFSET 0
+) AS w ON true
+"""
+
+
+@dataclass(frozen=True)
+class ThreadInfo:
+    """A thread as the registry knows it (named after the LangGraph SDK's Thread)."""
+
+    thread_id: str
+    status: str
+    created_at: datetime
+    updated_at: datetime
+    metadata: dict[str, Any]
+    values: dict[str, Any]
+    head_checkpoint_id: str | None
+    expires_at: datetime | None
+
+
+@dataclass(frozen=True)
+class AuditEntry:
+    """One message written to a channel on the thread's current branch."""
+
+    message: Any
+    node: str
+    step: int | None
+    checkpoint_id: str  # the checkpoint the message's step produced
+    created_at: str  # that checkpoint's timestamp (ISO 8601)
+
+
+def _thread(row: tuple, codec: ValueCodec) -> ThreadInfo:
+    thread_id, status, created, updated, metadata, values, head, expires = row
+    return ThreadInfo(
+        thread_id, status, created, updated, codec.load_json(metadata),
+        codec.load_json(values), head, expires,
+    )  # fmt: skip
+
+
+def get(thread_id: str, codec: ValueCodec) -> Operation[ThreadInfo | None]:
+    rows = yield Query(GET, {"thread_id": thread_id})
+    return _thread(rows[0], codec) if rows else None
+
+
+def search(
+    codec: ValueCodec,
+    *,
+    metadata: Mapping[str, Any] | None = None,
+    values: Mapping[str, Any] | None = None,
+    status: str | None = None,
+    limit: int = 10,
+    offset: int = 0,
+) -> Operation[list[ThreadInfo]]:
+    rows = yield Query(
+        SEARCH,
+        {
+            "metadata": codec.dump_json(dict(metadata)) if metadata else None,
+            "values": codec.dump_json(dict(values)) if values else None,
+            "status": status,
+            "limit": limit,
+            "offset": offset,
+        },
+    )
+    return [_thread(row, codec) for row in rows]
+
+
+def update(thread_id: str, metadata: Mapping[str, Any], codec: ValueCodec) -> Operation[ThreadInfo]:
+    rows = yield Query(
+        UPDATE, {"thread_id": thread_id, "metadata": codec.dump_json(dict(metadata))}
+    )
+    return _thread(rows[0], codec)
+
+
+def acquire(
+    thread_id: str, owner: str, lease_seconds: float, *, wait: bool, poll_seconds: float = 0.1
+) -> Operation[int]:
+    """The run token once the thread is ours; ThreadBusyError unless `wait`."""
+    params = {"thread_id": thread_id, "owner": owner, "lease": lease_seconds}
+    while True:
+        rows = yield Query(ACQUIRE, params)
+        if rows:
+            return int(rows[0][0])
+        if not wait:
+            raise ThreadBusyError(thread_id)
+        yield Sleep(poll_seconds)
+
+
+def renew(thread_id: str, owner: str, lease_seconds: float) -> Operation[None]:
+    yield Query(
+        RENEW, {"thread_id": thread_id, "owner": owner, "lease": lease_seconds}, fetch=False
+    )
+
+
+def release(thread_id: str, owner: str) -> Operation[None]:
+    yield Query(RELEASE, {"thread_id": thread_id, "owner": owner}, fetch=False)
+
+
+def messages(
+    thread_id: str, channel: str, codec: ValueCodec, limit: int | None = None
+) -> Operation[list[AuditEntry]]:
+    """Every value written to `channel` on the current branch, oldest first.
+
+    A write at checkpoint C is what a task running from C produced; it lands
+    in C's child, whose id and time the entry reports. A pull task's node is in
+    its task path; a push task (Send) is named by the Send that created it.
+    """
+    rows = yield Query(AUDIT, {"thread_id": thread_id, "channel": channel, "tasks": TASKS})
+    by_depth: dict[int, dict[str, Any]] = {}
+    for depth, checkpoint_id, step, ts, task_id, path, idx, ch, enc, json, data, type_ in rows:
+        at = by_depth.setdefault(depth, {"id": checkpoint_id, "step": step, "ts": ts, "w": []})
+        if ch is not None:  # a checkpoint without such writes still dates its parent's
+            at["w"].append((writes_sort_key(path, task_id, idx), path, ch, enc, json, data, type_))
+    entries: list[AuditEntry] = []
+    sends: list[str] = []
+    for depth in sorted(by_depth, reverse=True):
+        at = by_depth[depth]
+        child = by_depth.get(depth - 1)
+        produced_id = child["id"] if child else at["id"]
+        produced_ts = child["ts"] if child else at["ts"]
+        produced_step = child["step"] if child else None
+        next_sends: list[str] = []
+        for _, path, ch, enc, json, data, type_ in sorted(at["w"], key=lambda w: w[0]):
+            value = codec.load(enc, json, data, type_)
+            if ch == TASKS:
+                next_sends.append(getattr(value, "node", "?"))
+                continue
+            node = _node_of(path, sends)
+            for message in value if isinstance(value, list) else [value]:
+                entries.append(AuditEntry(message, node, produced_step, produced_id, produced_ts))
+        sends = next_sends
+    return entries[:limit] if limit is not None else entries
+
+
+def _node_of(task_path: str, sends: Sequence[str]) -> str:
+    parts = [p.strip() for p in task_path.lstrip("~").split(",")]
+    if parts and parts[0] == "__pregel_pull" and len(parts) > 1:
+        return parts[1]
+    if parts and parts[0] == "__pregel_push" and len(parts) > 1 and parts[1].isdigit():
+        index = int(parts[1])
+        return sends[index] if index < len(sends) else "send"
+    return task_path or "input"

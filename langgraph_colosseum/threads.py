@@ -1,0 +1,167 @@
+"""`saver.threads` and `saver.run_guard`: the thread registry, sync and async.
+
+Both savers expose the same operations (`_core/threads.py`); these classes only
+choose how to run them: `ColosseumSaver.threads.get(...)` blocks,
+`AsyncColosseumSaver.threads.get(...)` is awaited.
+
+Example:
+    >>> saver.threads.search(metadata={"desk": "equities"}, status="interrupted")
+    >>> with saver.run_guard("t1", on_busy="reject"):
+    ...     graph.invoke(inputs, {"configurable": {"thread_id": "t1"}})
+"""
+
+from __future__ import annotations
+
+import asyncio
+import threading
+import uuid
+from collections.abc import AsyncIterator, Iterator, Mapping
+from contextlib import asynccontextmanager, contextmanager
+from datetime import timedelta
+from typing import TYPE_CHECKING, Any, Literal
+
+from langgraph_colosseum._core import io
+from langgraph_colosseum._core import threads as ops
+from langgraph_colosseum._core.guard import RUN_OWNER
+from langgraph_colosseum._core.threads import AuditEntry, ThreadInfo
+
+if TYPE_CHECKING:
+    from langgraph_colosseum._base import ColosseumSaverBase
+
+__all__ = ["AsyncThreads", "AuditEntry", "ThreadInfo", "Threads"]
+
+OnBusy = Literal["reject", "wait"]
+DEFAULT_LEASE = timedelta(seconds=30)
+
+
+class Threads:
+    """The thread registry of a blocking saver."""
+
+    def __init__(self, saver: ColosseumSaverBase) -> None:
+        self._saver = saver
+
+    def _run(self, op: io.Operation[Any]) -> Any:
+        return self._saver._run(op)
+
+    def get(self, thread_id: str) -> ThreadInfo | None:
+        return self._run(ops.get(thread_id, self._saver._store.codec))
+
+    def search(
+        self,
+        *,
+        metadata: Mapping[str, Any] | None = None,
+        values: Mapping[str, Any] | None = None,
+        status: str | None = None,
+        limit: int = 10,
+        offset: int = 0,
+    ) -> list[ThreadInfo]:
+        """Threads by metadata / values containment and status, newest update first."""
+        return self._run(
+            ops.search(
+                self._saver._store.codec, metadata=metadata, values=values, status=status,
+                limit=limit, offset=offset,
+            )
+        )  # fmt: skip
+
+    def update(self, thread_id: str, *, metadata: Mapping[str, Any]) -> ThreadInfo:
+        return self._run(ops.update(thread_id, metadata, self._saver._store.codec))
+
+    def delete(self, thread_id: str) -> None:
+        self._saver.delete_thread(thread_id)
+
+    def messages(
+        self, thread_id: str, channel: str = "messages", limit: int | None = None
+    ) -> list[AuditEntry]:
+        """Who said what: every message on the current branch, with node, step and time."""
+        return self._run(ops.messages(thread_id, channel, self._saver._store.codec, limit))
+
+    @contextmanager
+    def guard(
+        self, thread_id: str, *, on_busy: OnBusy = "reject", lease: timedelta = DEFAULT_LEASE
+    ) -> Iterator[int]:
+        owner = uuid.uuid4().hex
+        seconds = lease.total_seconds()
+        token = self._run(ops.acquire(thread_id, owner, seconds, wait=on_busy == "wait"))
+        stop = threading.Event()
+
+        def beat() -> None:
+            while not stop.wait(seconds / 3):
+                try:
+                    self._run(ops.renew(thread_id, owner, seconds))
+                except Exception:  # a missed beat only shortens the lease
+                    pass
+
+        beater = threading.Thread(target=beat, name="colosseum-run-guard", daemon=True)
+        beater.start()
+        context_token = RUN_OWNER.set(owner)
+        try:
+            yield token
+        finally:
+            RUN_OWNER.reset(context_token)
+            stop.set()
+            self._run(ops.release(thread_id, owner))
+
+
+class AsyncThreads:
+    """The thread registry of an asyncio saver."""
+
+    def __init__(self, saver: ColosseumSaverBase) -> None:
+        self._saver = saver
+
+    async def _run(self, op: io.Operation[Any]) -> Any:
+        return await self._saver._arun(op)
+
+    async def get(self, thread_id: str) -> ThreadInfo | None:
+        return await self._run(ops.get(thread_id, self._saver._store.codec))
+
+    async def search(
+        self,
+        *,
+        metadata: Mapping[str, Any] | None = None,
+        values: Mapping[str, Any] | None = None,
+        status: str | None = None,
+        limit: int = 10,
+        offset: int = 0,
+    ) -> list[ThreadInfo]:
+        return await self._run(
+            ops.search(
+                self._saver._store.codec, metadata=metadata, values=values, status=status,
+                limit=limit, offset=offset,
+            )
+        )  # fmt: skip
+
+    async def update(self, thread_id: str, *, metadata: Mapping[str, Any]) -> ThreadInfo:
+        return await self._run(ops.update(thread_id, metadata, self._saver._store.codec))
+
+    async def delete(self, thread_id: str) -> None:
+        await self._saver.adelete_thread(thread_id)
+
+    async def messages(
+        self, thread_id: str, channel: str = "messages", limit: int | None = None
+    ) -> list[AuditEntry]:
+        return await self._run(ops.messages(thread_id, channel, self._saver._store.codec, limit))
+
+    @asynccontextmanager
+    async def guard(
+        self, thread_id: str, *, on_busy: OnBusy = "reject", lease: timedelta = DEFAULT_LEASE
+    ) -> AsyncIterator[int]:
+        owner = uuid.uuid4().hex
+        seconds = lease.total_seconds()
+        token = await self._run(ops.acquire(thread_id, owner, seconds, wait=on_busy == "wait"))
+
+        async def beat() -> None:
+            while True:
+                await asyncio.sleep(seconds / 3)
+                try:
+                    await self._run(ops.renew(thread_id, owner, seconds))
+                except Exception:  # a missed beat only shortens the lease
+                    pass
+
+        beater = asyncio.ensure_future(beat())
+        context_token = RUN_OWNER.set(owner)
+        try:
+            yield token
+        finally:
+            RUN_OWNER.reset(context_token)
+            beater.cancel()
+            await self._run(ops.release(thread_id, owner))
