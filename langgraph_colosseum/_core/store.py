@@ -430,12 +430,14 @@ class CheckpointStore:
         values_set: dict[str, Any] = {}
         values_del: list[str] = []
         if checkpoint_ns == "":
-            for channel, (stored, _) in zip(new_versions, planned):
+            for channel, (stored, base) in zip(new_versions, planned):
                 if channel.startswith("__") or ":" in channel:
                     continue  # LangGraph's own channels (tasks, branches) are not state
                 text = stored.json if stored.encoding == JSON else None
-                if text is None and stored.encoding in DELTA_ENCODINGS:
-                    text = self._small_json(values[channel])
+                if text is None and base is not None and stored.encoding in DELTA_ENCODINGS:
+                    # A delta row: the base knows the value's size without encoding it.
+                    if base.full_bytes + base.delta_bytes <= SEARCHABLE_VALUE_BYTES:
+                        text = self._json_or_none(values[channel])
                 if text is not None and len(text) <= SEARCHABLE_VALUE_BYTES:
                     values_set[channel] = orjson.loads(text)
                 else:
@@ -448,10 +450,7 @@ class CheckpointStore:
             "ttl": self.thread_ttl,
         }
 
-    def _small_json(self, value: Any) -> str | None:
-        """The typed JSON of a small list/dict (a delta-stored value), else None."""
-        if len(value) > SEARCHABLE_VALUE_BYTES // 8:
-            return None
+    def _json_or_none(self, value: Any) -> str | None:
         try:
             return self.codec.encode(value)[1]
         except CodecError:
