@@ -127,6 +127,8 @@ MIGRATIONS: list[str] = [
         metadata           jsonb NOT NULL DEFAULT '{}',
         state_values       jsonb NOT NULL DEFAULT '{}',
         head_checkpoint_id text COLLATE "C",
+        -- the checkpoint an 'interrupted' / 'error' status was recorded for
+        status_checkpoint_id text COLLATE "C",
         expires_at         timestamptz,
         run_owner          text,
         run_token          bigint NOT NULL DEFAULT 0,

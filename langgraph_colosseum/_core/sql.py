@@ -200,21 +200,17 @@ registry AS (
            now() + %(ttl)s::interval
     WHERE %(checkpoint_ns)s = '' AND NOT EXISTS (SELECT 1 FROM refused)
     ON CONFLICT (thread_id) DO UPDATE
-    -- put_writes of this checkpoint may have landed first (LangGraph sends both
-    -- in the background): an interrupt or error already recorded for the new
-    -- head stays the status.
+    -- LangGraph sends puts and put_writes in the background, on several
+    -- connections, in no fixed order: the interrupt of a later checkpoint can
+    -- land before the put of an earlier one. A status recorded for this
+    -- checkpoint or a later one stays. Decided from the row itself, which the
+    -- upsert has locked, so no commit order can lose it.
     SET updated_at = now(),
         status = CASE
             WHEN t.status = 'busy' THEN 'busy'
             WHEN EXCLUDED.head_checkpoint_id < coalesce(t.head_checkpoint_id, '') THEN t.status
-            WHEN EXISTS (SELECT 1 FROM colosseum_writes w
-                         WHERE w.thread_id = %(thread_id)s AND w.checkpoint_ns = ''
-                           AND w.checkpoint_id = %(checkpoint_id)s AND w.channel = '__error__')
-                THEN 'error'
-            WHEN EXISTS (SELECT 1 FROM colosseum_writes w
-                         WHERE w.thread_id = %(thread_id)s AND w.checkpoint_ns = ''
-                           AND w.checkpoint_id = %(checkpoint_id)s AND w.channel = '__interrupt__')
-                THEN 'interrupted'
+            WHEN t.status IN ('interrupted', 'error')
+                 AND t.status_checkpoint_id >= EXCLUDED.head_checkpoint_id THEN t.status
             ELSE 'idle' END,
         metadata = t.metadata || EXCLUDED.metadata,
         state_values = CASE WHEN EXCLUDED.head_checkpoint_id >= coalesce(t.head_checkpoint_id, '')
@@ -260,11 +256,14 @@ WITH fenced AS (
 ),
 status AS (
     -- An interrupt or an error at the root head is the thread's status.
-    UPDATE colosseum_threads
-    SET status = %(status)s, updated_at = now()
-    WHERE thread_id = %(thread_id)s AND %(status)s::text IS NOT NULL AND status <> 'busy'
-      AND coalesce(head_checkpoint_id, '') <= %(checkpoint_id)s
-      AND NOT EXISTS (SELECT 1 FROM fenced)
+    -- An upsert: these writes may reach Postgres before their checkpoint's put.
+    INSERT INTO colosseum_threads AS t (thread_id, status, status_checkpoint_id)
+    SELECT %(thread_id)s, %(status)s, %(checkpoint_id)s
+    WHERE %(status)s::text IS NOT NULL AND NOT EXISTS (SELECT 1 FROM fenced)
+    ON CONFLICT (thread_id) DO UPDATE
+    SET status = CASE WHEN t.status = 'busy' THEN 'busy' ELSE EXCLUDED.status END,
+        status_checkpoint_id = EXCLUDED.status_checkpoint_id, updated_at = now()
+    WHERE coalesce(t.head_checkpoint_id, '') <= EXCLUDED.status_checkpoint_id
 ),
 inserted AS (
 INSERT INTO colosseum_writes
