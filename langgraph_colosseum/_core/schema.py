@@ -133,7 +133,7 @@ MIGRATIONS: list[str] = [
         run_owner          text,
         run_token          bigint NOT NULL DEFAULT 0,
         run_lease_until    timestamptz
-    );
+    ) WITH (fillfactor = 80);  -- room for HOT updates: a put rewrites the row
     CREATE INDEX IF NOT EXISTS colosseum_threads_metadata
         ON colosseum_threads USING gin (metadata jsonb_path_ops);
     CREATE INDEX IF NOT EXISTS colosseum_threads_values

@@ -205,7 +205,10 @@ registry AS (
     -- land before the put of an earlier one. A status recorded for this
     -- checkpoint or a later one stays. Decided from the row itself, which the
     -- upsert has locked, so no commit order can lose it.
-    SET updated_at = now(),
+    -- updated_at moves at most once a second: the other puts of a run then
+    -- change no indexed column, and Postgres updates the row in place (HOT).
+    SET updated_at = CASE WHEN t.updated_at < now() - interval '1 second'
+                          THEN now() ELSE t.updated_at END,
         status = CASE
             WHEN t.status = 'busy' THEN 'busy'
             WHEN EXCLUDED.head_checkpoint_id < coalesce(t.head_checkpoint_id, '') THEN t.status

@@ -520,6 +520,8 @@ def test_search_filters_sync(saver: ColosseumSaver) -> None:
     assert found(metadata={"desk": "rates"}, status="interrupted") == set()
 
     # The thread moves to MSFT: it no longer matches AAPL, and does match MSFT.
+    # (updated_at moves at most once a second, so let one pass for the order.)
+    time.sleep(1.1)
     ticker_graph(saver).invoke({"ticker": "MSFT"}, cfg("s-eq-aapl"))
     assert found(values={"ticker": "AAPL"}) == {"s-eq-wait", "s-rates-aapl"}
     assert found(values={"ticker": "MSFT"}) == {"s-eq-aapl", "s-eq-msft"}
@@ -541,6 +543,7 @@ async def test_search_filters_async(asaver: AsyncColosseumSaver) -> None:
     assert await found(metadata={"desk": "equities"}, status="interrupted") == ["as-2"]
     assert await found(metadata={"desk": "rates"}, values={"ticker": "MSFT"}) == ["as-3"]
 
+    await asyncio.sleep(1.1)  # updated_at moves at most once a second
     await ticker.ainvoke({"ticker": "MSFT"}, cfg("as-1"))
     assert await found(values={"ticker": "AAPL"}) == ["as-2"]
     assert await found(values={"ticker": "MSFT"}) == ["as-1", "as-3"]
