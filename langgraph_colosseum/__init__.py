@@ -4,6 +4,7 @@
 """
 
 from langgraph_colosseum._core.codec import TypeRegistry
+from langgraph_colosseum._core.threads import Retention
 from langgraph_colosseum.aio import AsyncColosseumSaver
 from langgraph_colosseum.errors import (
     CodecError,
@@ -36,6 +37,7 @@ __all__ = [
     "IdempotentToolNode",
     "InvalidConfigError",
     "LedgerMissingError",
+    "Retention",
     "SchemaError",
     "SchemaVersionError",
     "ThreadBusyError",

@@ -29,6 +29,7 @@ from langgraph_colosseum._core.codec import TypeRegistry, default_registry
 from langgraph_colosseum._core.io import Operation
 from langgraph_colosseum._core.shapes import DEFAULT_SNAPSHOT_EVERY
 from langgraph_colosseum._core.store import DEFAULT_PAGE_SIZE, CheckpointStore, next_version
+from langgraph_colosseum._core.threads import Retention
 from langgraph_colosseum._core.values import ValueCodec
 
 T = TypeVar("T")
@@ -53,6 +54,7 @@ class ColosseumSaverBase(BaseCheckpointSaver[str], abc.ABC):
         types: Iterable[type] = (),
         page_size: int = DEFAULT_PAGE_SIZE,
         snapshot_every: int = DEFAULT_SNAPSHOT_EVERY,
+        retention: Retention | None = None,
     ) -> None:
         self.types: TypeRegistry = default_registry()
         for cls in types:
@@ -69,6 +71,8 @@ class ColosseumSaverBase(BaseCheckpointSaver[str], abc.ABC):
             page_size=page_size,
             snapshot_every=snapshot_every,
         )
+        self.retention = retention
+        self._store.thread_ttl = retention.thread_ttl if retention else None
 
     def _msgpack_allowlist(self) -> list[tuple[str, str]]:
         return [(cls.__module__, cls.__qualname__) for cls in self.types.classes()]

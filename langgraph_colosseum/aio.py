@@ -5,6 +5,7 @@ from __future__ import annotations
 import asyncio
 from collections.abc import AsyncIterator, Iterable, Iterator
 from contextlib import asynccontextmanager
+from datetime import timedelta
 from typing import Any, TypeVar
 
 import psycopg
@@ -13,9 +14,11 @@ from psycopg_pool import AsyncConnectionPool
 
 from langgraph_colosseum._base import ColosseumSaverBase
 from langgraph_colosseum._core import io
+from langgraph_colosseum._core import threads as threads_ops
 from langgraph_colosseum._core.io import Operation, Request
 from langgraph_colosseum._core.shapes import DEFAULT_SNAPSHOT_EVERY
 from langgraph_colosseum._core.store import DEFAULT_PAGE_SIZE
+from langgraph_colosseum._core.threads import Retention
 from langgraph_colosseum._driver import (
     RETRIES_ON_BROKEN_CONNECTION,
     aperform,
@@ -52,9 +55,14 @@ class AsyncColosseumSaver(ColosseumSaverBase):
         types: Iterable[type] = (),
         page_size: int = DEFAULT_PAGE_SIZE,
         snapshot_every: int = DEFAULT_SNAPSHOT_EVERY,
+        retention: Retention | None = None,
     ) -> None:
         super().__init__(
-            serde=serde, types=types, page_size=page_size, snapshot_every=snapshot_every
+            serde=serde,
+            types=types,
+            page_size=page_size,
+            snapshot_every=snapshot_every,
+            retention=retention,
         )
         self.conn = conn
         self._conn_lock = None if isinstance(conn, AsyncConnectionPool) else asyncio.Lock()
@@ -96,6 +104,25 @@ class AsyncColosseumSaver(ColosseumSaverBase):
         url = await asyncio.to_thread(database_url)  # may start the embedded server
         async with cls.from_conn_string(url, pool_size=pool_size, serde=serde, **options) as saver:
             yield saver
+
+    async def sweep(self) -> int:
+        """Apply the retention policy to every expired thread; how many were swept."""
+        if self.retention is None:
+            return 0
+        return await self._arun(threads_ops.sweep(self._store, self.retention))
+
+    def start_sweeper(self, interval: timedelta) -> asyncio.Task:
+        """Sweep every `interval` in a task of the running loop; cancel it to stop."""
+
+        async def loop() -> None:
+            while True:
+                await asyncio.sleep(interval.total_seconds())
+                try:
+                    await self.sweep()
+                except Exception:
+                    logger.exception("colosseum sweep failed; retrying next interval")
+
+        return asyncio.ensure_future(loop())
 
     async def setup(self) -> int:
         """Create or upgrade the schema; returns its version. Safe to call concurrently."""

@@ -6,6 +6,7 @@ import asyncio
 import threading
 from collections.abc import AsyncIterator, Iterable, Iterator
 from contextlib import contextmanager, nullcontext
+from datetime import timedelta
 from typing import Any, TypeVar
 
 import psycopg
@@ -14,9 +15,11 @@ from psycopg_pool import ConnectionPool
 
 from langgraph_colosseum._base import ColosseumSaverBase
 from langgraph_colosseum._core import io
+from langgraph_colosseum._core import threads as threads_ops
 from langgraph_colosseum._core.io import Operation, Request
 from langgraph_colosseum._core.shapes import DEFAULT_SNAPSHOT_EVERY
 from langgraph_colosseum._core.store import DEFAULT_PAGE_SIZE
+from langgraph_colosseum._core.threads import Retention
 from langgraph_colosseum._driver import (
     RETRIES_ON_BROKEN_CONNECTION,
     is_connection_failure,
@@ -51,9 +54,14 @@ class ColosseumSaver(ColosseumSaverBase):
         types: Iterable[type] = (),
         page_size: int = DEFAULT_PAGE_SIZE,
         snapshot_every: int = DEFAULT_SNAPSHOT_EVERY,
+        retention: Retention | None = None,
     ) -> None:
         super().__init__(
-            serde=serde, types=types, page_size=page_size, snapshot_every=snapshot_every
+            serde=serde,
+            types=types,
+            page_size=page_size,
+            snapshot_every=snapshot_every,
+            retention=retention,
         )
         self.conn = conn
         # One connection runs one statement at a time; a pool needs no lock.
@@ -98,6 +106,30 @@ class ColosseumSaver(ColosseumSaverBase):
             database_url(), pool_size=pool_size, serde=serde, **options
         ) as saver:
             yield saver
+
+    def sweep(self) -> int:
+        """Apply the retention policy to every expired thread; how many were swept.
+
+        Idempotent and batched (a transaction per batch). A thread written while
+        the sweep runs has a new expiry and is left alone.
+        """
+        if self.retention is None:
+            return 0
+        return self._run(threads_ops.sweep(self._store, self.retention))
+
+    def start_sweeper(self, interval: timedelta) -> threading.Event:
+        """Sweep every `interval` in a daemon thread; set the returned event to stop."""
+        stop = threading.Event()
+
+        def loop() -> None:
+            while not stop.wait(interval.total_seconds()):
+                try:
+                    self.sweep()
+                except Exception:
+                    logger.exception("colosseum sweep failed; retrying next interval")
+
+        threading.Thread(target=loop, name="colosseum-sweeper", daemon=True).start()
+        return stop
 
     def setup(self) -> int:
         """Create or upgrade the schema; returns its version. Safe to call concurrently."""

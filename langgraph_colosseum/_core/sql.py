@@ -300,6 +300,28 @@ DELETE_THREADS = tuple(
     f"DELETE FROM {table} WHERE thread_id = ANY(%(thread_ids)b::text[])" for table in _THREAD_TABLES
 )
 
+# The same, for threads the sweep holds locked and that are still expired.
+DELETE_EXPIRED_THREADS = (
+    *(
+        f"""DELETE FROM {table} WHERE thread_id = ANY(%(thread_ids)b::text[])
+            AND thread_id IN (SELECT thread_id FROM colosseum_threads WHERE expires_at < now())"""
+        for table in _THREAD_TABLES
+        if table != "colosseum_threads"
+    ),
+    "DELETE FROM colosseum_threads WHERE thread_id = ANY(%(thread_ids)b::text[]) "
+    "AND expires_at < now()",
+)
+
+# Prefixed to a read when a retention policy is set. It writes only when less
+# than 90% of the time to live is left, so a polled thread is not rewritten on
+# every read.
+TOUCH_THREAD = """
+WITH touch AS (
+    UPDATE colosseum_threads SET expires_at = now() + %(ttl)s::interval
+    WHERE thread_id = %(thread_id)s AND expires_at < now() + %(ttl)s::interval * 0.9
+)
+"""
+
 # Copy every row of a thread; the target keeps whatever it already had.
 COPY_THREAD = (
     """

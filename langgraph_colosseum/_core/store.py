@@ -147,11 +147,15 @@ class CheckpointStore:
     def get_tuple(self, config: RunnableConfig) -> Operation[CheckpointTuple | None]:
         thread_id, checkpoint_ns = thread_of(config)
         checkpoint_id = get_checkpoint_id(config)
-        params = {"thread_id": thread_id, "checkpoint_ns": checkpoint_ns}
+        params = {"thread_id": thread_id, "checkpoint_ns": checkpoint_ns, "ttl": self.thread_ttl}
+        # With a retention policy, reading a thread also pushes its expiry back.
+        touch = sql.TOUCH_THREAD if self.thread_ttl is not None else ""
         if checkpoint_id:
-            rows = yield Query(sql.GET_TUPLE_BY_ID, {**params, "checkpoint_id": checkpoint_id})
+            rows = yield Query(
+                touch + sql.GET_TUPLE_BY_ID, {**params, "checkpoint_id": checkpoint_id}
+            )
         else:
-            rows = yield Query(sql.GET_TUPLE_LATEST, params)
+            rows = yield Query(touch + sql.GET_TUPLE_LATEST, params)
         if not rows:
             return None
         row = rows[0]
@@ -538,13 +542,22 @@ class CheckpointStore:
 
     # ------------------------------------------------------------ maintenance
 
-    def delete_threads(self, thread_ids: Sequence[str]) -> Operation[None]:
+    def delete_threads(
+        self, thread_ids: Sequence[str], *, only_expired: bool = False
+    ) -> Operation[None]:
+        """Delete threads whole; with `only_expired`, those still expired once locked."""
         if not thread_ids:
             return
         params = {"thread_ids": [str(t) for t in thread_ids]}
         self.bases.forget_threads(params["thread_ids"])
         self.seeds.forget_threads(params["thread_ids"])
-        yield Transaction(tuple(Query(q, params, fetch=False) for q in sql.DELETE_THREADS))
+        deletes = sql.DELETE_EXPIRED_THREADS if only_expired else sql.DELETE_THREADS
+        queries = [Query(q, params, fetch=False) for q in deletes]
+        if only_expired:
+            from langgraph_colosseum._core.threads import LOCK_STILL_EXPIRED
+
+            queries.insert(0, Query(LOCK_STILL_EXPIRED, params, fetch=False))
+        yield Transaction(tuple(queries))
 
     def copy_thread(self, source_thread_id: str, target_thread_id: str) -> Operation[None]:
         """Copy every checkpoint, value, write and frozen history: the whole chain."""

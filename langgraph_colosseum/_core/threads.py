@@ -8,8 +8,8 @@ from __future__ import annotations
 
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
-from datetime import datetime
-from typing import Any
+from datetime import datetime, timedelta
+from typing import Any, Literal
 
 from langgraph.checkpoint.base import writes_sort_key
 from langgraph.checkpoint.serde.types import TASKS
@@ -105,6 +105,24 @@ LEFT JOIN LATERAL (
     OFFSET 0
 ) AS w ON true
 """
+
+
+@dataclass(frozen=True)
+class Retention:
+    """How long an idle thread lives, and what `sweep()` does when it expires.
+
+    Every write and every read of a thread pushes its expiry `thread_ttl` ahead.
+    `strategy="delete"` removes an expired thread whole (checkpoints, writes,
+    tool-ledger rows, registry row); `"keep_latest"` prunes it to its newest
+    checkpoint per namespace (DeltaChannel-safe, see `prune`).
+
+    Example:
+        >>> ColosseumSaver.from_conn_string(dsn, retention=Retention(timedelta(days=30)))
+    """
+
+    thread_ttl: timedelta
+    strategy: Literal["delete", "keep_latest"] = "delete"
+    batch_size: int = 500
 
 
 @dataclass(frozen=True)
@@ -242,3 +260,42 @@ def _node_of(task_path: str, sends: Sequence[str]) -> str:
         index = int(parts[1])
         return sends[index] if index < len(sends) else "send"
     return task_path or "input"
+
+
+EXPIRED = """
+SELECT thread_id FROM colosseum_threads
+WHERE expires_at < now()
+ORDER BY expires_at
+LIMIT %(batch)s
+"""
+
+# Taken again under the row lock: a thread written since EXPIRED ran has a
+# later expiry now, and is left alone (its put waits for this transaction).
+LOCK_STILL_EXPIRED = """
+SELECT thread_id FROM colosseum_threads
+WHERE thread_id = ANY(%(thread_ids)b::text[]) AND expires_at < now()
+FOR UPDATE
+"""
+
+CLEAR_EXPIRY = """
+UPDATE colosseum_threads SET expires_at = NULL
+WHERE thread_id = ANY(%(thread_ids)b::text[]) AND expires_at < now()
+"""
+
+
+def sweep(store: Any, retention: Retention) -> Operation[int]:
+    """Apply `retention` to every expired thread, a batch per transaction; how many."""
+    swept = 0
+    while True:
+        rows = yield Query(EXPIRED, {"batch": retention.batch_size})
+        if not rows:
+            return swept
+        thread_ids = [row[0] for row in rows]
+        if retention.strategy == "delete":
+            yield from store.delete_threads(thread_ids, only_expired=True)
+        else:
+            yield from store.prune(thread_ids, "keep_latest")
+            yield Query(CLEAR_EXPIRY, {"thread_ids": thread_ids}, fetch=False)
+        swept += len(thread_ids)
+        if len(thread_ids) < retention.batch_size:
+            return swept
