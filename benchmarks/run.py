@@ -79,7 +79,7 @@ ADMIN_URL = os.environ.get(
     "COLOSSEUM_BENCH_POSTGRES_URL", "postgresql://postgres@127.0.0.1:5432/test"
 )
 RESULTS_DIR = Path(__file__).resolve().parent / "results"
-WORKLOADS = ("chat-200", "chat-200-delta", "conc-32", "long-20k")
+WORKLOADS = ("chat-200", "chat-200-delta", "conc-32", "long-20k", "search-100k")
 
 # Saver names as they appear in the tables. `ours` and `ref` per workload kind.
 MEMORY, SQLITE, REF, OURS = "InMemorySaver", "SqliteSaver", "PostgresSaver", "ColosseumSaver"
@@ -117,6 +117,8 @@ def params_for(quick: bool) -> dict[str, Any]:
             "long_list_repeats": 1,
             "long_get_repeats": 5,
             "long_list_cap_s": 30.0,
+            "search_threads": 5000,
+            "search_repeats": 10,
         }
     return {
         "chat_turns": 200,
@@ -129,6 +131,8 @@ def params_for(quick: bool) -> dict[str, Any]:
         "long_get_repeats": 20,
         # One pass of a full history is cut off after this long (and says so).
         "long_list_cap_s": 60.0,
+        "search_threads": 100_000,
+        "search_repeats": 50,
     }
 
 
@@ -559,6 +563,47 @@ def run_long(bench: Bench, p: dict, savers: tuple[str, ...]) -> dict:
 # ---------------------------------------------------------------- ratios and targets
 
 
+# ---------------------------------------------------------------- search-100k
+
+# The registry rows are written by SQL in bulk (100,000 graph runs would take
+# most of the budget); `search` then reads them as it reads rows put by runs.
+SEED_THREADS = """
+INSERT INTO colosseum_threads (thread_id, status, metadata, state_values, updated_at)
+SELECT 'search-' || i,
+       (ARRAY['idle', 'idle', 'idle', 'interrupted', 'error'])[1 + i %% 5],
+       jsonb_build_object('desk', 'desk-' || (i %% 50), 'user', 'user-' || (i %% 1000)),
+       jsonb_build_object('ticker', 'T' || (i %% 500)),
+       now() - make_interval(secs => i)
+FROM generate_series(1, %(n)s) AS i
+"""
+
+SEARCHES = (
+    ("no filter", {}),
+    ("metadata filter", {"metadata": {"desk": "desk-7"}}),
+    ("metadata + status", {"metadata": {"user": "user-43"}, "status": "interrupted"}),
+    ("values filter", {"values": {"ticker": "T123"}}),
+)
+
+
+def run_search(bench: Bench, p: dict) -> dict:
+    """p50 of `threads.search(limit=10)` over `search_threads` registry rows."""
+    bench.truncate(OURS)
+    with psycopg.connect(bench.url, autocommit=True) as conn:
+        conn.execute(SEED_THREADS, {"n": p["search_threads"]})
+        conn.execute("ANALYZE colosseum_threads")
+    cells = {}
+    with ColosseumSaver.from_conn_string(bench.url) as saver:
+        for label, query in SEARCHES:
+            times, found = [], 0
+            for _ in range(p["search_repeats"]):
+                t0 = time.perf_counter()
+                found = len(saver.threads.search(limit=10, **query))
+                times.append(time.perf_counter() - t0)
+            cells[label] = {"p50_ms": statistics.median(times) * 1000, "found": found}
+            log(f"    {label}: p50 {cells[label]['p50_ms']:.2f} ms")
+    return {"threads": p["search_threads"], "searches": cells}
+
+
 def ratio(a: Any, b: Any) -> float | None:
     if not isinstance(a, (int, float)) or not isinstance(b, (int, float)) or not b:
         return None
@@ -879,6 +924,20 @@ def render_markdown(meta: dict, results: dict, targets: list[dict], p: dict) -> 
     lines += targets_table(targets)
     lines += ["", "## Figures", ""]
     lines += workload_tables(results, p)
+    if search := results.get("search-100k"):
+        lines += [
+            f"### search-100k (`threads.search(limit=10)` over {search['threads']:,} threads; "
+            "no reference saver has a search to compare)",
+            "",
+        ]
+        lines += md_table(
+            ["search", "p50", "threads found"],
+            [
+                [label, f"{cell['p50_ms']:.2f} ms", str(cell["found"])]
+                for label, cell in search["searches"].items()
+            ],
+        )
+        lines += [""]
     lines += [f"![ratios]({meta['out']}.png)"]
     return "\n".join(lines) + "\n"
 
@@ -1085,6 +1144,8 @@ def main(argv: list[str] | None = None) -> int:
                 results[workload] = run_conc(bench, p, ASYNC_SAVERS)
             elif workload == "long-20k":
                 results[workload] = run_long(bench, p, SYNC_SAVERS)
+            elif workload == "search-100k":
+                results[workload] = run_search(bench, p)
             log(f"  ({time.perf_counter() - t0:.0f} s)")
     finally:
         bench.drop()
