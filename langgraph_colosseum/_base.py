@@ -199,11 +199,16 @@ class ColosseumSaverBase(BaseCheckpointSaver[str], abc.ABC):
     async def acopy_thread(self, source_thread_id: str, target_thread_id: str) -> None:
         await self._arun(self._store.copy_thread(source_thread_id, target_thread_id))
 
-    def prune(self, thread_ids: Sequence[str], *, strategy: str = "keep_latest") -> None:
-        self._run(self._store.prune(thread_ids, strategy))
+    def prune(
+        self, thread_ids: Sequence[str], *, strategy: str = "keep_latest", keep: int = 1
+    ) -> None:
+        """LangGraph's prune; `keep` extends keep_latest to the N newest per namespace."""
+        self._run(self._store.prune(thread_ids, strategy, keep))
 
-    async def aprune(self, thread_ids: Sequence[str], *, strategy: str = "keep_latest") -> None:
-        await self._arun(self._store.prune(thread_ids, strategy))
+    async def aprune(
+        self, thread_ids: Sequence[str], *, strategy: str = "keep_latest", keep: int = 1
+    ) -> None:
+        await self._arun(self._store.prune(thread_ids, strategy, keep))
 
     def get_delta_channel_history(
         self, *, config: RunnableConfig, channels: Sequence[str]

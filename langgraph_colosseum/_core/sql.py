@@ -376,15 +376,18 @@ _DELTA_CHANNELS_TO_FREEZE = """
     )
 """
 
-# The newest checkpoint of each namespace of the given threads: what
-# prune(keep_latest) keeps.
-LATEST_PER_NAMESPACE = f"""
-SELECT DISTINCT ON (c.thread_id, c.checkpoint_ns)
-       c.thread_id, c.checkpoint_ns, c.checkpoint_id, {_DELTA_CHANNELS_TO_FREEZE},
+# The oldest of the `keep` newest checkpoints of each namespace: prune keeps it
+# and everything after it. A namespace with fewer checkpoints is not pruned.
+OLDEST_KEPT_PER_NAMESPACE = f"""
+SELECT c.thread_id, c.checkpoint_ns, c.checkpoint_id, {_DELTA_CHANNELS_TO_FREEZE},
        (c.checkpoint -> 'channel_versions')::text
-FROM colosseum_checkpoints c
-WHERE c.thread_id = ANY(%(thread_ids)b::text[])
-ORDER BY c.thread_id, c.checkpoint_ns, c.checkpoint_id DESC
+FROM (
+    SELECT *, row_number() OVER (PARTITION BY thread_id, checkpoint_ns
+                                 ORDER BY checkpoint_id DESC) AS newest
+    FROM colosseum_checkpoints
+    WHERE thread_id = ANY(%(thread_ids)b::text[])
+) AS c
+WHERE c.newest = %(keep)s
 """
 
 # Surviving checkpoints whose parent belongs to a run being deleted: the

@@ -566,12 +566,17 @@ class CheckpointStore:
         self.seeds.forget_threads([params["target"]])
         yield Transaction(tuple(Query(q, params, fetch=False) for q in sql.COPY_THREAD))
 
-    def prune(self, thread_ids: Sequence[str], strategy: str = "keep_latest") -> Operation[None]:
-        """Keep the newest checkpoint per namespace (or delete everything).
+    def prune(
+        self, thread_ids: Sequence[str], strategy: str = "keep_latest", keep: int = 1
+    ) -> Operation[None]:
+        """Keep the `keep` newest checkpoints per namespace (or delete everything).
 
-        DeltaChannel-safe: before ancestors go, the history each kept checkpoint
-        is rebuilt from is frozen into `colosseum_delta_histories`.
+        DeltaChannel-safe: before ancestors go, the history the oldest kept
+        checkpoint is rebuilt from is frozen into `colosseum_delta_histories`;
+        the later kept ones rebuild through it.
         """
+        if keep < 1:
+            raise ValueError(f"prune keeps at least one checkpoint, not {keep}")
         if strategy == "delete":
             yield from self.delete_threads(thread_ids)
             return
@@ -580,7 +585,7 @@ class CheckpointStore:
         if not thread_ids:
             return
         thread_list = [str(t) for t in thread_ids]
-        kept = yield Query(sql.LATEST_PER_NAMESPACE, {"thread_ids": thread_list})
+        kept = yield Query(sql.OLDEST_KEPT_PER_NAMESPACE, {"thread_ids": thread_list, "keep": keep})
         if not kept:
             return
         self.bases.forget_threads(thread_list)

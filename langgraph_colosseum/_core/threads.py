@@ -113,16 +113,24 @@ class Retention:
 
     Every write and every read of a thread pushes its expiry `thread_ttl` ahead.
     `strategy="delete"` removes an expired thread whole (checkpoints, writes,
-    tool-ledger rows, registry row); `"keep_latest"` prunes it to its newest
-    checkpoint per namespace (DeltaChannel-safe, see `prune`).
+    tool-ledger rows, registry row); `"keep_latest"` prunes it to its
+    `keep_last` (default 1) newest checkpoints per namespace (DeltaChannel-safe,
+    see `prune`).
 
     Example:
         >>> ColosseumSaver.from_conn_string(dsn, retention=Retention(timedelta(days=30)))
     """
 
     thread_ttl: timedelta
+    keep_last: int | None = None
     strategy: Literal["delete", "keep_latest"] = "delete"
     batch_size: int = 500
+
+    def __post_init__(self) -> None:
+        if self.keep_last is not None and self.strategy != "keep_latest":
+            raise ValueError('keep_last applies to strategy="keep_latest"')
+        if self.keep_last is not None and self.keep_last < 1:
+            raise ValueError(f"keep_last must be at least 1, not {self.keep_last}")
 
 
 @dataclass(frozen=True)
@@ -294,7 +302,7 @@ def sweep(store: Any, retention: Retention) -> Operation[int]:
         if retention.strategy == "delete":
             yield from store.delete_threads(thread_ids, only_expired=True)
         else:
-            yield from store.prune(thread_ids, "keep_latest")
+            yield from store.prune(thread_ids, "keep_latest", retention.keep_last or 1)
             yield Query(CLEAR_EXPIRY, {"thread_ids": thread_ids}, fetch=False)
         swept += len(thread_ids)
         if len(thread_ids) < retention.batch_size:

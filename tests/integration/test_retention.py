@@ -8,6 +8,7 @@ import time
 from datetime import timedelta
 
 import psycopg
+import pytest
 from langgraph.checkpoint.base import empty_checkpoint
 
 from langgraph_colosseum import AsyncColosseumSaver, ColosseumSaver, Retention
@@ -142,3 +143,20 @@ async def test_async_sweep_and_background_sweeper(pg_url: str) -> None:
         assert await saver.threads.get("a-old") is None
         assert await saver.aget_tuple(thread("a-old")) is None
         assert await saver.sweep() == 0
+
+
+def test_keep_last_keeps_that_many_checkpoints(pg_url: str) -> None:
+    truncate(pg_url)
+    retention = Retention(thread_ttl=timedelta(seconds=1), keep_last=4, strategy="keep_latest")
+    with ColosseumSaver.from_conn_string(pg_url, retention=retention) as saver:
+        graph = counter_graph(saver)
+        for _ in range(3):
+            graph.invoke({"total": 0, "log": []}, thread("keep4"))
+        history = list(graph.get_state_history(thread("keep4")))
+        time.sleep(1.2)
+        assert saver.sweep() == 1
+        kept = list(graph.get_state_history(thread("keep4")))
+        assert [s.config for s in kept] == [s.config for s in history[:4]]
+        assert [s.values for s in kept] == [s.values for s in history[:4]]
+    with pytest.raises(ValueError, match="keep_latest"):
+        Retention(thread_ttl=timedelta(days=1), keep_last=3)
