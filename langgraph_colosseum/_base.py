@@ -31,15 +31,12 @@ from langgraph_colosseum._core.shapes import DEFAULT_SNAPSHOT_EVERY
 from langgraph_colosseum._core.store import DEFAULT_PAGE_SIZE, CheckpointStore, next_version
 from langgraph_colosseum._core.threads import Retention
 from langgraph_colosseum._core.values import ValueCodec
+from langgraph_colosseum.threads import DEFAULT_LEASE, OnBusy
 
 T = TypeVar("T")
 
 if TYPE_CHECKING:
     from langgraph_colosseum.threads import AsyncThreads, Threads
-
-
-OnBusy = str  # "reject" | "wait"
-DEFAULT_LEASE = timedelta(seconds=30)
 
 
 class ColosseumSaverBase(BaseCheckpointSaver[str], abc.ABC):
