@@ -36,7 +36,7 @@ from langchain_core.messages import ToolMessage
 from langgraph.types import Command
 
 from langgraph_colosseum._core.io import Operation, Query, RunTool, Sleep
-from langgraph_colosseum._core.values import JSON, ValueCodec, Where
+from langgraph_colosseum._core.values import JSON, SERDE, ValueCodec, Where
 from langgraph_colosseum.errors import (
     ToolFailedError,
     ToolOutcomeUnknownError,
@@ -280,4 +280,4 @@ def _for_this_call(output: Any, identity: ToolCallIdentity) -> Any:
 def _load_output(codec: ValueCodec, json: str | None, data: bytes | None, type_: str | None) -> Any:
     if json is not None:
         return codec.load(JSON, json, None, None)
-    return codec.load("serde", None, data, type_)
+    return codec.load(SERDE, None, data, type_)
