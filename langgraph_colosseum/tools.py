@@ -27,6 +27,7 @@ from concurrent.futures import TimeoutError as FutureTimeout
 from datetime import timedelta
 from typing import Any, NamedTuple
 
+import psycopg
 from langchain_core.tools import BaseTool
 from langgraph.prebuilt import ToolNode
 from langgraph.prebuilt.tool_node import ToolCallRequest
@@ -35,6 +36,7 @@ from langgraph_colosseum._base import ColosseumSaverBase
 from langgraph_colosseum._core import io
 from langgraph_colosseum._core.io import Request, RunTool
 from langgraph_colosseum._core.ledger import (
+    CLAIM,
     OnFailed,
     OnUnknown,
     ToolCallIdentity,
@@ -183,7 +185,12 @@ class IdempotentToolNode(ToolNode):
         def perform(req: Request) -> Any:
             if isinstance(req, RunTool):
                 return _run_tool_sync(ledger, req, lambda: execute(request))
-            return ledger._run(io.single(req))
+            try:
+                return ledger._run(io.single(req))
+            except psycopg.errors.UniqueViolation:
+                if not _is_claim(req):
+                    raise
+                return []  # a claim that lost the race: look again (see _is_claim)
 
         try:
             return io.run(execute_once(plan, ledger._store.codec), perform)
@@ -201,7 +208,12 @@ class IdempotentToolNode(ToolNode):
         async def perform(req: Request) -> Any:
             if isinstance(req, RunTool):
                 return await _run_tool_async(ledger, req, lambda: execute(request))
-            return await ledger._arun(io.single(req))
+            try:
+                return await ledger._arun(io.single(req))
+            except psycopg.errors.UniqueViolation:
+                if not _is_claim(req):
+                    raise
+                return []  # a claim that lost the race: look again (see _is_claim)
 
         try:
             return await io.arun(execute_once(plan, ledger._store.codec), perform)
@@ -227,6 +239,18 @@ def _raise_ledger_error(result: Any) -> Any:
     if isinstance(result, _LedgerError):
         raise result.error
     return result
+
+
+def _is_claim(request: Request) -> bool:
+    """Whether a UniqueViolation came from a claim that lost a race.
+
+    The key is unique twice over (the primary key starts with thread_id, as
+    every table's does, and idempotency_key is UNIQUE on its own), and ON
+    CONFLICT guards only one index, so a concurrent claim can trip the other.
+    The claim was lost either way; answering "no row" makes the protocol look
+    again and find the winner's row.
+    """
+    return getattr(request, "sql", None) is CLAIM
 
 
 def _stable_namespace(checkpoint_ns: str) -> str:
