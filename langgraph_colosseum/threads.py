@@ -12,18 +12,18 @@ Example:
 
 from __future__ import annotations
 
-import asyncio
-import threading
 import uuid
 from collections.abc import AsyncIterator, Iterator, Mapping
 from contextlib import asynccontextmanager, contextmanager
 from datetime import timedelta
+from functools import partial
 from typing import TYPE_CHECKING, Any, Literal
 
 from langgraph_colosseum._core import io
 from langgraph_colosseum._core import threads as ops
 from langgraph_colosseum._core.guard import RUN_OWNER
 from langgraph_colosseum._core.threads import AuditEntry, ThreadInfo
+from langgraph_colosseum._leases import arenewing, renewing
 
 if TYPE_CHECKING:
     from langgraph_colosseum._base import ColosseumSaverBase
@@ -82,23 +82,12 @@ class Threads:
         owner = uuid.uuid4().hex
         seconds = lease.total_seconds()
         token = self._run(ops.acquire(thread_id, owner, seconds, wait=on_busy == "wait"))
-        stop = threading.Event()
-
-        def beat() -> None:
-            while not stop.wait(seconds / 3):
-                try:
-                    self._run(ops.renew(thread_id, owner, seconds))
-                except Exception:  # a missed beat only shortens the lease
-                    pass
-
-        beater = threading.Thread(target=beat, name="colosseum-run-guard", daemon=True)
-        beater.start()
         context_token = RUN_OWNER.set(owner)
         try:
-            yield token
+            with renewing(self._run, partial(ops.renew, thread_id, owner, seconds), seconds):
+                yield token
         finally:
             RUN_OWNER.reset(context_token)
-            stop.set()
             self._run(ops.release(thread_id, owner))
 
 
@@ -148,20 +137,10 @@ class AsyncThreads:
         owner = uuid.uuid4().hex
         seconds = lease.total_seconds()
         token = await self._run(ops.acquire(thread_id, owner, seconds, wait=on_busy == "wait"))
-
-        async def beat() -> None:
-            while True:
-                await asyncio.sleep(seconds / 3)
-                try:
-                    await self._run(ops.renew(thread_id, owner, seconds))
-                except Exception:  # a missed beat only shortens the lease
-                    pass
-
-        beater = asyncio.ensure_future(beat())
         context_token = RUN_OWNER.set(owner)
         try:
-            yield token
+            async with arenewing(self._run, partial(ops.renew, thread_id, owner, seconds), seconds):
+                yield token
         finally:
             RUN_OWNER.reset(context_token)
-            beater.cancel()
             await self._run(ops.release(thread_id, owner))

@@ -20,11 +20,10 @@ from __future__ import annotations
 
 import asyncio
 import contextvars
-import threading
 from collections.abc import Callable, Mapping, Sequence
-from concurrent.futures import ThreadPoolExecutor
-from concurrent.futures import TimeoutError as FutureTimeout
+from concurrent.futures import ThreadPoolExecutor, wait
 from datetime import timedelta
+from functools import partial
 from typing import Any, NamedTuple
 
 import psycopg
@@ -34,7 +33,7 @@ from langgraph.prebuilt.tool_node import ToolCallRequest
 
 from langgraph_colosseum._base import ColosseumSaverBase
 from langgraph_colosseum._core import io
-from langgraph_colosseum._core.io import Request, RunTool
+from langgraph_colosseum._core.io import Overran, Request, RunTool
 from langgraph_colosseum._core.ledger import (
     CLAIM,
     OnFailed,
@@ -46,6 +45,7 @@ from langgraph_colosseum._core.ledger import (
     execute_once,
     heartbeat,
 )
+from langgraph_colosseum._leases import arenewing, renewing
 from langgraph_colosseum.errors import (
     ColosseumError,
     LedgerMissingError,
@@ -265,56 +265,48 @@ def _stable_namespace(checkpoint_ns: str) -> str:
 def _run_tool_sync(
     ledger: ColosseumSaverBase, req: RunTool, call: Callable[[], Any]
 ) -> tuple[bool, Any]:
-    stop = threading.Event()
-
-    def beat() -> None:
-        while not stop.wait(req.lease_seconds / 3):
-            try:
-                ledger._run(heartbeat(req.key, req.owner, req.lease_seconds))
-            except Exception:  # a missed beat only shortens the lease
-                pass
-
-    beater = threading.Thread(target=beat, name="colosseum-heartbeat", daemon=True)
-    beater.start()
+    renew = partial(heartbeat, req.key, req.owner, req.lease_seconds)
     token = _CURRENT_KEY.set(req.key)
     try:
-        if req.timeout is None:
-            return True, call()
-        # A blocking tool cannot be interrupted: run it aside and stop waiting.
-        context = contextvars.copy_context()
-        pool = ThreadPoolExecutor(max_workers=1)
-        future = pool.submit(context.run, call)
-        pool.shutdown(wait=False)
-        try:
-            return True, future.result(timeout=req.timeout)
-        except FutureTimeout:
-            return False, TimeoutError(f"still running after {req.timeout}s")
+        with renewing(ledger._run, renew, req.lease_seconds):
+            return True, _call_with_timeout(call, req.timeout)
     except Exception as exc:
         return False, exc
     finally:
         _CURRENT_KEY.reset(token)
-        stop.set()
+
+
+def _call_with_timeout(call: Callable[[], Any], timeout: float | None) -> Any:
+    if timeout is None:
+        return call()
+    # A blocking tool cannot be interrupted: run it aside and stop waiting.
+    context = contextvars.copy_context()
+    pool = ThreadPoolExecutor(max_workers=1)
+    future = pool.submit(context.run, call)
+    pool.shutdown(wait=False)
+    done, _ = wait([future], timeout=timeout)
+    if not done:
+        raise Overran(f"still running after {timeout}s")
+    return future.result()
 
 
 async def _run_tool_async(
     ledger: ColosseumSaverBase, req: RunTool, call: Callable[[], Any]
 ) -> tuple[bool, Any]:
-    async def beat() -> None:
-        while True:
-            await asyncio.sleep(req.lease_seconds / 3)
-            try:
-                await ledger._arun(heartbeat(req.key, req.owner, req.lease_seconds))
-            except Exception:  # a missed beat only shortens the lease
-                pass
-
-    beater = asyncio.ensure_future(beat())
+    renew = partial(heartbeat, req.key, req.owner, req.lease_seconds)
     token = _CURRENT_KEY.set(req.key)
     try:
-        return True, await asyncio.wait_for(call(), timeout=req.timeout)
-    except asyncio.TimeoutError:
-        return False, TimeoutError(f"still running after {req.timeout}s")
+        async with arenewing(ledger._arun, renew, req.lease_seconds):
+            task = asyncio.ensure_future(call())
+            try:
+                done, _ = await asyncio.wait([task], timeout=req.timeout)
+            finally:
+                if not task.done():  # overran, or this run was cancelled
+                    task.cancel()
+            if not done:
+                return False, Overran(f"still running after {req.timeout}s")
+            return True, task.result()
     except Exception as exc:
         return False, exc
     finally:
         _CURRENT_KEY.reset(token)
-        beater.cancel()

@@ -63,6 +63,3 @@ class BaseCache:
         with self._lock:
             doomed = [key for key in self._entries if key[0] in threads]
         self.forget(doomed)
-
-    def __len__(self) -> int:
-        return len(self._entries)

@@ -128,12 +128,6 @@ class TypeRegistry:
             )
         return cls
 
-    def copy(self) -> TypeRegistry:
-        clone = TypeRegistry()
-        clone._by_name = dict(self._by_name)
-        clone._names = dict(self._names)
-        return clone
-
     def encode(self, value: Any) -> Any:
         """Encode `value` to JSON-compatible data (see module docstring)."""
         try:

@@ -51,13 +51,18 @@ class RunTool(NamedTuple):
     """Run the tool call now, renewing `key`'s lease while it runs.
 
     The result is ``(True, output)`` or ``(False, exception)``; a tool that
-    outlives `timeout` seconds gives ``(False, TimeoutError())``.
+    outlives `timeout` seconds gives ``(False, Overran(...))``, which no tool
+    raises itself (unlike TimeoutError).
     """
 
     key: str
     owner: str
     lease_seconds: float
     timeout: float | None
+
+
+class Overran(Exception):
+    """A tool call ran past its timeout (the outcome of a `RunTool`)."""
 
 
 Request = Query | Transaction | Emit | Sleep | RunTool

@@ -35,7 +35,7 @@ import rfc8785
 from langchain_core.messages import ToolMessage
 from langgraph.types import Command
 
-from langgraph_colosseum._core.io import Operation, Query, RunTool, Sleep
+from langgraph_colosseum._core.io import Operation, Overran, Query, RunTool, Sleep
 from langgraph_colosseum._core.values import JSON, SERDE, ValueCodec, Where
 from langgraph_colosseum.errors import (
     ToolFailedError,
@@ -218,7 +218,7 @@ def execute_once(plan: ToolCallPlan, codec: ValueCodec) -> Operation[Any]:
             },
         )
         return outcome
-    timed_out = isinstance(outcome, TimeoutError)
+    timed_out = isinstance(outcome, Overran)
     yield Query(
         COMPLETE,
         {

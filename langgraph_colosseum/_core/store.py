@@ -245,20 +245,7 @@ class CheckpointStore:
         missing = [key for key in needed if not values.knows(key)]
         if not missing:
             return
-        known = list(values.values)
-        found = yield Query(
-            sql.VALUE_CHAINS,
-            {
-                "threads": [k[0] for k in missing],
-                "namespaces": [k[1] for k in missing],
-                "channels": [k[2] for k in missing],
-                "versions": [k[3] for k in missing],
-                "known_threads": [k[0] for k in known],
-                "known_namespaces": [k[1] for k in known],
-                "known_channels": [k[2] for k in known],
-                "known_versions": [k[3] for k in known],
-            },
-        )
+        found = yield _value_chains(missing, known=list(values.values))
         values.add(_value_row(*row) for row in found)
 
     def delta_history(
@@ -642,16 +629,7 @@ class CheckpointStore:
         ]
         if not keys:
             return []
-        found = yield Query(
-            sql.VALUE_CHAINS,
-            {
-                "threads": [k[0] for k in keys],
-                "namespaces": [k[1] for k in keys],
-                "channels": [k[2] for k in keys],
-                "versions": [k[3] for k in keys],
-                **_NOTHING_KNOWN,
-            },
-        )
+        found = yield _value_chains(keys)
         values = Materializer(self.codec)
         values.add(_value_row(*row) for row in found)
         queries = []
@@ -861,12 +839,19 @@ class CheckpointStore:
 # The checkpoint and writes columns every checkpoint query starts with.
 _CHECKPOINT_WIDTH = 14
 
-_NOTHING_KNOWN: dict[str, list[str]] = {
-    "known_threads": [],
-    "known_namespaces": [],
-    "known_channels": [],
-    "known_versions": [],
-}
+
+def _value_chains(keys: list[ValueKey], known: Sequence[ValueKey] = ()) -> Query:
+    """The rows of `keys` and of their bases, stopping at the `known` ones."""
+    return Query(sql.VALUE_CHAINS, {**_key_columns("", keys), **_key_columns("known_", known)})
+
+
+def _key_columns(prefix: str, keys: Sequence[ValueKey]) -> dict[str, list[str]]:
+    return {
+        f"{prefix}threads": [k[0] for k in keys],
+        f"{prefix}namespaces": [k[1] for k in keys],
+        f"{prefix}channels": [k[2] for k in keys],
+        f"{prefix}versions": [k[3] for k in keys],
+    }
 
 
 def _parse(json: str | None) -> Any:
