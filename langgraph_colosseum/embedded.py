@@ -142,23 +142,38 @@ def embedded_redis_url() -> str:
     return _use(_valkey())
 
 
+def servers() -> tuple[str, str | None]:
+    """(database URL, Redis URL or None): the servers `from_env()` uses.
+
+    A URL that is set is used as it is, and nothing embedded starts for it.
+    With no database URL at all, the embedded PostgreSQL starts, and the
+    embedded Valkey beside it unless a Redis URL is set. A configured database
+    with no Redis URL runs without the hot cache: an embedded cache in front of
+    someone else's database would be a surprise.
+
+    Example:
+        >>> os.environ["DATABASE_URL"] = "postgresql://db/app"
+        >>> servers()
+        ('postgresql://db/app', None)
+    """
+    database = configured_database_url()
+    if database is not None:
+        return database, configured_redis_url()
+    return embedded_postgres_url(), redis_url()
+
+
 def worker_env() -> dict[str, str]:
     """Environment variables that point a child process at this process's servers.
 
-    A child started with them uses the same databases without starting, or
-    holding, an embedded server of its own: it may be killed at any moment and
-    leaves nothing running behind. The Redis URL is left out when there is
-    none to give (no URL set and the embedded Valkey not installed).
+    A child started with them uses the same servers as `from_env()` here,
+    without starting, or holding, an embedded server of its own: it may be
+    killed at any moment and leaves nothing running behind.
 
     Example:
         >>> subprocess.run([sys.executable, "worker.py"], env={**os.environ, **worker_env()})
     """
-    env = {DATABASE_ENV[0]: database_url()}
-    try:
-        env[REDIS_ENV[0]] = redis_url()
-    except EmbeddedUnavailableError:
-        pass
-    return env
+    database, cache = servers()
+    return {DATABASE_ENV[0]: database, **({REDIS_ENV[0]: cache} if cache else {})}
 
 
 def up() -> dict[str, str]:

@@ -1,0 +1,381 @@
+"""An investment committee: the graph behind `colosseum demo` and examples/multi_agent_committee.py.
+
+Deterministic agents, with no LLM and no network, so every run tells the same story:
+
+- `supervisor` chairs: it hands the ticker to each member in turn, asks the CIO
+  for approval, and places the order through the `place_order` tool;
+- `technical_analyst` reports indicators computed from a synthetic price
+  series seeded by the ticker (the same ticker always has the same chart);
+- `risk_manager` sizes the position within the committee's mandate, or vetoes it;
+- `human_approval` stops the run with `interrupt()` until the CIO answers
+  through `Command(resume={"approved": ..., "by": ...})`;
+- `tools` is an `IdempotentToolNode`: the order reaches the `OrderBook` once,
+  however often a crashed step is re-run.
+
+Example:
+    >>> book = OrderBook(database_url())
+    >>> book.setup()
+    >>> graph = build_committee(saver, book)
+    >>> config = {"configurable": {"thread_id": "committee-1"}}
+    >>> graph.invoke(convene("NVDA"), config)             # stops at the CIO's approval
+    >>> graph.invoke(Command(resume={"approved": True, "by": "cio"}), config)
+    >>> book.orders("committee-1")
+    [Order(ticker='NVDA', side='buy', quantity=..., ...)]
+"""
+
+from __future__ import annotations
+
+import itertools
+import math
+import os
+import random
+import statistics
+import zlib
+from dataclasses import dataclass
+from datetime import datetime
+from decimal import Decimal
+from typing import Annotated, Any, TypedDict
+
+import psycopg
+from langchain_core.messages import AIMessage, AnyMessage, HumanMessage, ToolMessage
+from langchain_core.runnables import RunnableConfig
+from langchain_core.tools import BaseTool, tool
+from langgraph.checkpoint.base import BaseCheckpointSaver
+from langgraph.graph import END, START, StateGraph
+from langgraph.graph.message import add_messages
+from langgraph.graph.state import CompiledStateGraph
+from langgraph.types import interrupt
+
+from langgraph_colosseum.tools import IdempotentToolNode, current_idempotency_key
+
+__all__ = [
+    "DEFAULT_MANDATE",
+    "PORTFOLIO_VALUE",
+    "CommitteeState",
+    "Order",
+    "OrderBook",
+    "build_committee",
+    "convene",
+    "indicators",
+    "price_series",
+    "size_position",
+]
+
+PORTFOLIO_VALUE = 1_000_000  # dollars under management, for sizing
+TRADING_DAYS = 252
+
+# How much the committee may risk: a position is at most `max_position_pct` of
+# the portfolio, loses at most `risk_per_trade_pct` of it at the stop, and is
+# not taken at all above `max_volatility` (annualised).
+DEFAULT_MANDATE = {"max_position_pct": 0.05, "risk_per_trade_pct": 0.01, "max_volatility": 0.45}
+
+
+class CommitteeState(TypedDict, total=False):
+    messages: Annotated[list[AnyMessage], add_messages]
+    ticker: str
+    mandate: dict[str, float]
+    indicators: dict[str, Any]
+    position: dict[str, Any]
+    approval: dict[str, Any]
+    next_speaker: str  # whom the supervisor hands the floor to
+
+
+def convene(ticker: str, mandate: dict[str, float] | None = None) -> CommitteeState:
+    """The input that opens a committee on `ticker`.
+
+    Example:
+        >>> graph.invoke(convene("NVDA"), {"configurable": {"thread_id": "t1"}})
+    """
+    return {
+        "messages": [HumanMessage(f"Should we buy {ticker}?", name="portfolio_manager")],
+        "ticker": ticker,
+        "mandate": dict(mandate or DEFAULT_MANDATE),
+    }
+
+
+# ------------------------------------------------------------------ the numbers
+
+
+def price_series(ticker: str, days: int = 120) -> list[float]:
+    """Daily closes of a synthetic chart: a random walk seeded by the ticker.
+
+    crc32, not hash(): Python salts str hashes per process, and a worker
+    process must see the same chart as the process that started the thread.
+
+    Example:
+        >>> price_series("NVDA")[-1] == price_series("NVDA")[-1]
+        True
+    """
+    rng = random.Random(zlib.crc32(ticker.encode()))
+    price = rng.uniform(40, 400)
+    drift = rng.uniform(-0.002, 0.003)
+    volatility = rng.uniform(0.01, 0.04)  # daily
+    closes = []
+    for _ in range(days):
+        price *= math.exp(rng.gauss(drift, volatility))
+        closes.append(round(price, 2))
+    return closes
+
+
+def indicators(closes: list[float]) -> dict[str, Any]:
+    """SMA 20/50, RSI 14, annualised volatility, 20-day momentum, and a signal.
+
+    Example:
+        >>> indicators(price_series("NVDA"))["signal"]
+        'buy'
+    """
+    returns = [math.log(b / a) for a, b in itertools.pairwise(closes)]
+    gains = [max(r, 0.0) for r in returns[-14:]]
+    losses = [max(-r, 0.0) for r in returns[-14:]]
+    rs = sum(gains) / sum(losses) if sum(losses) else math.inf
+    rsi = 100 - 100 / (1 + rs)
+    sma20 = statistics.fmean(closes[-20:])
+    sma50 = statistics.fmean(closes[-50:])
+    trend = "up" if sma20 > sma50 else "down"
+    signal = "buy" if trend == "up" and rsi < 70 else "avoid"
+    return {
+        "close": closes[-1],
+        "sma20": round(sma20, 2),
+        "sma50": round(sma50, 2),
+        "rsi14": round(rsi, 1),
+        "volatility": round(statistics.stdev(returns[-20:]) * math.sqrt(TRADING_DAYS), 3),
+        "momentum_20d": round(closes[-1] / closes[-21] - 1, 4),
+        "trend": trend,
+        "signal": signal,
+    }
+
+
+def size_position(found: dict[str, Any], mandate: dict[str, float]) -> dict[str, Any]:
+    """Shares to buy within the mandate, a stop two daily moves below, or a veto.
+
+    Example:
+        >>> size_position(indicators(price_series("NVDA")), DEFAULT_MANDATE)["shares"]
+        ...
+    """
+    price = found["close"]
+    daily_move = price * found["volatility"] / math.sqrt(TRADING_DAYS)
+    stop_loss = round(price - 2 * daily_move, 2)
+    by_risk = math.floor(PORTFOLIO_VALUE * mandate["risk_per_trade_pct"] / (price - stop_loss))
+    by_size = math.floor(PORTFOLIO_VALUE * mandate["max_position_pct"] / price)
+    shares = min(by_risk, by_size)
+    veto = None
+    if found["signal"] != "buy":
+        veto = f"the signal is {found['signal']!r} (trend {found['trend']}, RSI {found['rsi14']})"
+    elif found["volatility"] > mandate["max_volatility"]:
+        veto = (
+            f"volatility {found['volatility']:.0%} is above the mandate's "
+            f"{mandate['max_volatility']:.0%}"
+        )
+    elif shares < 1:
+        veto = "the mandate allows less than one share"
+    return {
+        "shares": 0 if veto else shares,
+        "limit_price": price,
+        "stop_loss": stop_loss,
+        "notional": 0 if veto else round(shares * price, 2),
+        "pct_of_portfolio": 0 if veto else round(shares * price / PORTFOLIO_VALUE, 4),
+        "veto": veto,
+    }
+
+
+# ------------------------------------------------------------------ the broker
+
+
+@dataclass(frozen=True)
+class Order:
+    order_id: int
+    thread_id: str
+    ticker: str
+    side: str
+    quantity: int
+    limit_price: Decimal
+    client_order_id: str | None
+    worker_pid: int  # the process that sent it
+    placed_at: datetime
+
+
+class OrderBook:
+    """The broker, as far as the committee knows: every order it receives is a row.
+
+    It does not deduplicate on purpose: each row is an order the market saw,
+    so two rows for one decision would be a double fill. The table lives in
+    the checkpointer's database; its key starts with thread_id, as all do.
+
+    Example:
+        >>> book = OrderBook(database_url())
+        >>> book.setup()
+        >>> [o.quantity for o in book.orders("committee-1")]
+        [1234]
+    """
+
+    CREATE = """
+    CREATE TABLE IF NOT EXISTS colosseum_demo_orders (
+        thread_id       text NOT NULL,
+        order_id        bigint GENERATED ALWAYS AS IDENTITY,
+        ticker          text NOT NULL,
+        side            text NOT NULL,
+        quantity        integer NOT NULL,
+        limit_price     numeric NOT NULL,
+        client_order_id text,
+        worker_pid      integer NOT NULL,
+        placed_at       timestamptz NOT NULL DEFAULT now(),
+        PRIMARY KEY (thread_id, order_id)
+    )
+    """
+    INSERT = """
+    INSERT INTO colosseum_demo_orders
+        (thread_id, ticker, side, quantity, limit_price, client_order_id, worker_pid)
+    VALUES (%s, %s, %s, %s, %s, %s, %s)
+    RETURNING order_id
+    """
+    SELECT = f"""
+    SELECT {", ".join(Order.__dataclass_fields__)} FROM colosseum_demo_orders
+    WHERE thread_id = %s ORDER BY order_id
+    """
+
+    def __init__(self, url: str) -> None:
+        self.url = url
+
+    def setup(self) -> None:
+        with psycopg.connect(self.url, autocommit=True) as conn:
+            conn.execute(self.CREATE)
+
+    def place(
+        self, *, thread_id: str, ticker: str, side: str, quantity: int, limit_price: float
+    ) -> int:
+        """Send an order; returns its order id."""
+        with psycopg.connect(self.url, autocommit=True) as conn:
+            row = conn.execute(
+                self.INSERT,
+                [thread_id, ticker, side, quantity, limit_price, current_idempotency_key(),
+                 os.getpid()],
+            ).fetchone()  # fmt: skip
+        assert row is not None
+        return row[0]
+
+    def orders(self, thread_id: str) -> list[Order]:
+        """Every order received for the thread, oldest first."""
+        with psycopg.connect(self.url) as conn:
+            return [Order(*row) for row in conn.execute(self.SELECT, [thread_id])]
+
+
+def order_tool(book: OrderBook) -> BaseTool:
+    """The `place_order` tool, sending to `book`."""
+
+    @tool
+    def place_order(
+        ticker: str, side: str, quantity: int, limit_price: float, config: RunnableConfig
+    ) -> str:
+        """Send a limit order to the broker."""
+        thread_id = config["configurable"]["thread_id"]
+        order_id = book.place(
+            thread_id=thread_id, ticker=ticker, side=side, quantity=quantity,
+            limit_price=limit_price,
+        )  # fmt: skip
+        return f"order {order_id} filled: {side} {quantity} {ticker} @ {limit_price}"
+
+    return place_order
+
+
+# ------------------------------------------------------------------ the agents
+
+
+def _say(text: str, speaker: str) -> AIMessage:
+    return AIMessage(text, name=speaker)
+
+
+def supervisor(state: CommitteeState) -> dict[str, Any]:
+    """Chair the committee: one question per turn, in a fixed order."""
+    ticker = state["ticker"]
+    position = state.get("position")
+    approval = state.get("approval")
+    last = state["messages"][-1]
+
+    def turn(text: str, next_speaker: str, **update: Any) -> dict[str, Any]:
+        return {"messages": [_say(text, "supervisor")], "next_speaker": next_speaker, **update}
+
+    if "indicators" not in state:
+        return turn(f"Committee on {ticker} is open. Technical analyst, your read?",
+                    "technical_analyst")  # fmt: skip
+    if position is None:
+        return turn("Risk manager, how much can we take?", "risk_manager")
+    if position["veto"]:
+        return turn(f"Vetoed by risk: {position['veto']}. No order. Committee closed.", END)
+    if approval is None:
+        return turn(
+            f"Proposal: BUY {position['shares']:,} {ticker} at {position['limit_price']} "
+            f"(${position['notional']:,.0f}). Asking the CIO.",
+            "human_approval",
+        )
+    if not approval["approved"]:
+        return turn(f"The CIO ({approval['by']}) declined. No order. Committee closed.", END)
+    if isinstance(last, ToolMessage) and last.name == "place_order":
+        return turn(f"Confirmed: {last.content}. Committee closed.", END)
+    order = {"ticker": ticker, "side": "buy", "quantity": position["shares"],
+             "limit_price": position["limit_price"]}  # fmt: skip
+    call = {"name": "place_order", "args": order, "id": f"order-{ticker}-{position['shares']}"}
+    message = AIMessage("Placing the order.", name="supervisor", tool_calls=[call])
+    return {"messages": [message], "next_speaker": "tools"}
+
+
+def technical_analyst(state: CommitteeState) -> dict[str, Any]:
+    found = indicators(price_series(state["ticker"]))
+    text = (
+        f"{state['ticker']} closes at {found['close']}: SMA20 {found['sma20']} vs SMA50 "
+        f"{found['sma50']} (trend {found['trend']}), RSI {found['rsi14']}, volatility "
+        f"{found['volatility']:.0%}, 20-day momentum {found['momentum_20d']:+.1%}. "
+        f"Signal: {found['signal']}."
+    )
+    return {"messages": [_say(text, "technical_analyst")], "indicators": found}
+
+
+def risk_manager(state: CommitteeState) -> dict[str, Any]:
+    position = size_position(state["indicators"], state["mandate"])
+    if position["veto"]:
+        text = f"Veto: {position['veto']}."
+    else:
+        text = (
+            f"{position['shares']:,} shares at {position['limit_price']}, stop {position['stop_loss']}: "
+            f"${position['notional']:,.0f}, {position['pct_of_portfolio']:.1%} of the book."
+        )
+    return {"messages": [_say(text, "risk_manager")], "position": position}
+
+
+def human_approval(state: CommitteeState) -> dict[str, Any]:
+    position = state["position"]
+    decision = interrupt(
+        {
+            "question": f"Approve BUY {position['shares']:,} {state['ticker']} "
+            f"at {position['limit_price']}?",
+            "position": position,
+        }
+    )
+    verdict = "Approved" if decision["approved"] else "Declined"
+    message = HumanMessage(f"{verdict}. {decision.get('note', '')}".strip(), name=decision["by"])
+    return {"messages": [message], "approval": decision}
+
+
+def build_committee(
+    checkpointer: BaseCheckpointSaver, book: OrderBook, **tool_node_options: Any
+) -> CompiledStateGraph:
+    """The committee graph, compiled with `checkpointer` (a Colosseum saver: the
+    tool node keeps its ledger there); orders go to `book`.
+
+    Example:
+        >>> graph = build_committee(saver, OrderBook(database_url()))
+    """
+    builder = StateGraph(CommitteeState)
+    builder.add_node("supervisor", supervisor)
+    builder.add_node("technical_analyst", technical_analyst)
+    builder.add_node("risk_manager", risk_manager)
+    builder.add_node("human_approval", human_approval)
+    builder.add_node("tools", IdempotentToolNode([order_tool(book)], **tool_node_options))
+    builder.add_edge(START, "supervisor")
+    builder.add_conditional_edges(
+        "supervisor",
+        lambda state: state["next_speaker"],
+        ["technical_analyst", "risk_manager", "human_approval", "tools", END],
+    )
+    for member in ("technical_analyst", "risk_manager", "human_approval", "tools"):
+        builder.add_edge(member, "supervisor")
+    return builder.compile(checkpointer=checkpointer)

@@ -1,0 +1,386 @@
+"""`colosseum demo`: the whole product in one run, on an investment committee.
+
+The committee (`committee.py`: a supervisor, a technical analyst, a risk
+manager, a human approval and an idempotent order tool) meets on a ticker, and
+the run shows, in order:
+
+1. the committee stopping at the CIO's approval (`interrupt()`);
+2. the approval resumed (`Command(resume=...)`) in a worker process that is
+   killed after the broker received the order and before the step was saved;
+3. the thread resumed by `thread_id` in a new process: the order step re-runs,
+   the tool ledger answers with the recorded fill, the broker sees one order;
+4. the audit conversation: who said what, at which step;
+5. time travel to a past checkpoint, and a fork with `update_state`;
+6. a second committee, and a thread search over both.
+
+It uses `ColosseumSaver.from_env()`: the configured URLs, else the embedded
+servers. Thread ids are new on every run, so it can be run again and again.
+
+Example:
+    $ colosseum demo
+    $ python -m langgraph_colosseum.demo            # the same
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import signal
+import subprocess
+import sys
+import uuid
+from collections.abc import Sequence
+from dataclasses import dataclass
+from typing import Any
+
+from langchain_core.messages import ToolMessage
+from langgraph.types import Command
+from rich.console import Console
+from rich.panel import Panel
+from rich.rule import Rule
+from rich.table import Table
+
+from langgraph_colosseum import embedded
+from langgraph_colosseum.committee import (
+    DEFAULT_MANDATE,
+    Order,
+    OrderBook,
+    build_committee,
+    convene,
+)
+from langgraph_colosseum.saver import ColosseumSaver
+
+DEFAULT_TICKER = "AMD"  # its chart gives a buy within the mandate
+VETOED_TICKER = "TSLA"  # too volatile for the mandate: the risk manager vetoes it
+APPROVAL = {"approved": True, "by": "cio", "note": "Within mandate."}
+# The fork: the CIO asks what the committee would have done under a tighter mandate.
+TIGHTER_MANDATE = {**DEFAULT_MANDATE, "max_position_pct": 0.02}
+
+
+class DemoFailedError(RuntimeError):
+    """An invariant the demo shows did not hold (it never should)."""
+
+
+@dataclass(frozen=True)
+class DemoOutcome:
+    """What one demo run did, for whoever runs it programmatically (and the tests)."""
+
+    run_id: str
+    thread_id: str
+    vetoed_thread_id: str
+    orders: list[Order]  # every order the broker received for thread_id
+    crashed_worker_pid: int
+    travelled_to: str  # the past checkpoint the fork started from
+    fork_head: str  # the fork's latest checkpoint, waiting for approval
+
+
+def run(console: Console | None = None, ticker: str = DEFAULT_TICKER) -> DemoOutcome:
+    """Run the whole demo, printing as it goes; raises DemoFailedError if an invariant breaks.
+
+    Example:
+        >>> outcome = run()
+        >>> len(outcome.orders)
+        1
+    """
+    console = console or Console()
+    run_id = uuid.uuid4().hex[:8]
+    thread_id = f"committee-{run_id}-{ticker.lower()}"
+    config = {"configurable": {"thread_id": thread_id},
+              "metadata": {"desk": "demo", "demo_run": run_id}}  # fmt: skip
+
+    console.print(Panel.fit(
+        f"An investment committee on [bold]{ticker}[/]: a supervisor, a technical analyst, a risk\n"
+        "manager, the CIO's approval and an idempotent order tool. No LLM, no network.",
+        title="langgraph-colosseum demo",
+    ))  # fmt: skip
+    env = _servers(console)
+
+    with ColosseumSaver.from_env(pool_size=2) as saver:
+        saver.setup()
+        book = OrderBook(env[embedded.DATABASE_ENV[0]])
+        book.setup()
+        graph = build_committee(saver, book)
+
+        _section(console, "1", "The committee meets, and stops for the CIO's approval")
+        graph.invoke(convene(ticker), config)
+        state = graph.get_state(config)
+        _show_analysis(console, state.values)
+        (question,) = state.interrupts
+        console.print(Panel(
+            f"{question.value['question']}\n[dim]thread {thread_id} is now "
+            f"'{saver.threads.get(thread_id).status}'; graph.get_state(config).interrupts holds this[/]",
+            title="interrupt()", border_style="yellow",
+        ))  # fmt: skip
+
+        _section(console, "2", "The approval resumes in a worker, which is killed mid-step")
+        crashed = _worker(console, env, "approve", thread_id,
+                          "a worker resumes with Command(resume=...)")  # fmt: skip
+        orders = book.orders(thread_id)
+        head = graph.get_state(config)
+        console.print(
+            f"worker pid {crashed.pid} resumed with {APPROVAL}, the broker received "
+            f"order {[o.order_id for o in orders]}, and the worker was "
+            f"{_how_it_ended(crashed.returncode)} before the step was saved.\n"
+            f"The thread's last checkpoint still has next = {head.next}: the order step is "
+            "not done as far as the graph knows."
+        )
+        if crashed.returncode != -signal.SIGKILL or len(orders) != 1 or head.next != ("tools",):
+            raise DemoFailedError(f"the crash did not happen as staged: {crashed}, {orders}")
+
+        _section(console, "3", "Resumed by thread_id in a new process")
+        resumed = _worker(console, env, "continue", thread_id,
+                          "a new process runs graph.invoke(None, config)")  # fmt: skip
+        orders = book.orders(thread_id)
+        final = graph.get_state(config)
+        console.print(
+            f"worker pid {resumed.pid} re-ran the order step; the tool ledger answered with the "
+            f"recorded fill instead of calling the broker again.\n"
+            f"[bold]The broker received {len(orders)} order(s)[/] for this thread: "
+            f"{_order_text(orders)}\n"
+            f"Last word: {final.values['messages'][-1].content}"
+        )
+        _show_ledger(console, saver, thread_id)
+        if resumed.returncode != 0 or len(orders) != 1 or final.next:
+            raise DemoFailedError(f"the resume did not finish the committee: {resumed}, {orders}")
+
+        _section(console, "4", "Who said what: saver.threads.messages(thread_id)")
+        _show_conversation(console, saver, thread_id)
+
+        _section(console, "5", "Time travel, and a fork")
+        travelled_to, fork_head = _time_travel(console, graph, config, len(orders))
+
+        _section(console, "6", "Another committee, and a thread search")
+        vetoed_thread_id = f"committee-{run_id}-{VETOED_TICKER.lower()}"
+        graph.invoke(convene(VETOED_TICKER),
+                     {**config, "configurable": {"thread_id": vetoed_thread_id}})  # fmt: skip
+        _show_searches(console, saver, run_id)
+
+        orders = book.orders(thread_id)
+        if len(orders) != 1 or book.orders(vetoed_thread_id):
+            raise DemoFailedError(f"orders: {orders}, vetoed: {book.orders(vetoed_thread_id)}")
+
+    console.print(Panel(f"One order, placed once, through a crash: {_order_text(orders)}",
+                        title="done", border_style="green"))  # fmt: skip
+    console.print("Look around:")
+    for command in (f"history {thread_id}", f"messages {thread_id}",
+                    f"diff {thread_id} {travelled_to} {fork_head}",
+                    f"threads --metadata '{{\"demo_run\": \"{run_id}\"}}'"):  # fmt: skip
+        # soft_wrap: a command wider than the terminal still copies as one line.
+        console.print(f"  colosseum {command}", soft_wrap=True, highlight=False)
+    return DemoOutcome(run_id, thread_id, vetoed_thread_id, orders, crashed.pid,
+                       travelled_to, fork_head)  # fmt: skip
+
+
+# ------------------------------------------------------------------ the sections
+
+
+def _servers(console: Console) -> dict[str, str]:
+    """Resolve (and, when none is configured, start) the servers; the env for workers."""
+    unset = [name for name, url in (("PostgreSQL", embedded.configured_database_url()),
+                                    ("Valkey", embedded.configured_redis_url())) if not url]  # fmt: skip
+    label = f"Starting the embedded {' and '.join(unset)}" if unset else "Connecting"
+    with console.status(f"{label} …"):
+        env = embedded.worker_env()
+    table = Table("server", "where", "from", title="servers", title_justify="left")
+    table.add_row("PostgreSQL", env[embedded.DATABASE_ENV[0]],
+                  "configured" if embedded.configured_database_url() else "embedded")  # fmt: skip
+    table.add_row("Redis", env.get(embedded.REDIS_ENV[0], "none"),
+                  "configured" if embedded.configured_redis_url() else "embedded")  # fmt: skip
+    console.print(table)
+    return env
+
+
+def _section(console: Console, number: str, title: str) -> None:
+    console.print()
+    console.print(Rule(f"[bold]{number} · {title}", align="left"))
+
+
+def _show_analysis(console: Console, values: dict[str, Any]) -> None:
+    found, position = values["indicators"], values["position"]
+    table = Table("technical analyst", "", "risk manager", "", title_justify="left")
+    left = [("close", found["close"]), ("SMA 20 / 50", f"{found['sma20']} / {found['sma50']}"),
+            ("RSI 14", found["rsi14"]), ("volatility", f"{found['volatility']:.0%}"),
+            ("signal", found["signal"])]  # fmt: skip
+    right = [("shares", f"{position['shares']:,}"), ("limit", position["limit_price"]),
+             ("stop", position["stop_loss"]), ("notional", f"${position['notional']:,.0f}"),
+             ("veto", position["veto"] or "none")]  # fmt: skip
+    for (a, b), (c, d) in zip(left, right):
+        table.add_row(a, str(b), c, str(d))
+    console.print(table)
+
+
+def _show_ledger(console: Console, saver: ColosseumSaver, thread_id: str) -> None:
+    with saver.conn.connection() as conn:
+        rows = conn.execute(
+            "SELECT tool_name, status, attempts, left(idempotency_key, 16) FROM colosseum_tool_calls "
+            "WHERE thread_id = %s ORDER BY started_at",
+            [thread_id],
+        ).fetchall()
+    table = Table("tool", "status", "attempts", "idempotency key",
+                  title="the tool ledger (colosseum_tool_calls)", title_justify="left")  # fmt: skip
+    for tool, status, attempts, key in rows:
+        table.add_row(tool, status, str(attempts), f"{key}…")
+    console.print(table)
+
+
+def _show_conversation(console: Console, saver: ColosseumSaver, thread_id: str) -> None:
+    table = Table("step", "node", "speaker", "message")
+    for entry in saver.threads.messages(thread_id):
+        message = entry.message
+        speaker = getattr(message, "name", None) or message.type
+        text = message.content or ", ".join(
+            f"{call['name']}({json.dumps(call['args'])})" for call in message.tool_calls
+        )
+        table.add_row(str(entry.step), entry.node, speaker, text)
+    console.print(table)
+
+
+def _time_travel(
+    console: Console, graph: Any, config: dict[str, Any], orders: int
+) -> tuple[str, str]:
+    """Show the history, travel back, fork; (the past checkpoint id, the fork's head id)."""
+    history = list(graph.get_state_history(config))
+    table = Table("step", "source", "next", "checkpoint", title="graph.get_state_history(config)",
+                  title_justify="left")  # fmt: skip
+    for snapshot in history:
+        table.add_row(str(snapshot.metadata["step"]), snapshot.metadata["source"],
+                      ", ".join(snapshot.next) or "-",
+                      _checkpoint_id(snapshot))  # fmt: skip
+    console.print(table)
+
+    # Back to the moment the supervisor turned to the risk manager.
+    past = next(s for s in history if s.next == ("risk_manager",))
+    console.print(
+        f"Travel to step {past.metadata['step']} (next = {past.next}): the committee had heard "
+        f"the analyst ({past.values['indicators']['signal']}) and no sizing yet."
+    )
+    fork_config = graph.update_state(past.config, {"mandate": TIGHTER_MANDATE})
+    graph.invoke(None, fork_config)
+    fork = graph.get_state(config)
+    original = next(s for s in history if "position" in s.values)
+    comparison = Table("branch", "max position", "shares", "notional", "now",
+                       title="fork: update_state(past, {'mandate': tighter}) + invoke(None, fork)",
+                       title_justify="left")  # fmt: skip
+    for name, snapshot, state_now in (("original", original, f"done, {orders} order"),
+                                      ("fork", fork, f"waiting: next = {fork.next}")):  # fmt: skip
+        position = snapshot.values["position"]
+        comparison.add_row(name, f"{snapshot.values['mandate']['max_position_pct']:.0%}",
+                           f"{position['shares']:,}", f"${position['notional']:,.0f}", state_now)  # fmt: skip
+    console.print(comparison)
+    console.print(
+        "The fork is the thread's head now and waits for the CIO; the original branch, with "
+        "its order, stays in the history."
+    )
+    return _checkpoint_id(past), _checkpoint_id(fork)
+
+
+def _checkpoint_id(snapshot: Any) -> str:
+    return snapshot.config["configurable"]["checkpoint_id"]
+
+
+def _show_searches(console: Console, saver: ColosseumSaver, run_id: str) -> None:
+    this_run = {"demo_run": run_id}
+    console.print(f"saver.threads.search(metadata={this_run}, ...), newest update first:")
+    searches = [
+        ("-", {}),
+        ("status='interrupted'", {"status": "interrupted"}),
+        (f"values={{'ticker': '{VETOED_TICKER}'}}", {"values": {"ticker": VETOED_TICKER}}),
+    ]
+    table = Table("and also", "thread", "status", "ticker")
+    for label, query in searches:
+        for found in saver.threads.search(metadata=this_run, **query):
+            table.add_row(label, found.thread_id, found.status, found.values.get("ticker"))
+            label = ""
+        table.add_section()
+    console.print(table)
+
+
+def _order_text(orders: Sequence[Order]) -> str:
+    return "; ".join(
+        f"#{o.order_id} {o.side} {o.quantity} {o.ticker} @ {o.limit_price} (sent by pid {o.worker_pid})"
+        for o in orders
+    )
+
+
+def _how_it_ended(returncode: int) -> str:
+    if returncode < 0:
+        return f"killed by {signal.Signals(-returncode).name}"
+    return f"exited with {returncode}"
+
+
+# ------------------------------------------------------------------ the workers
+
+
+@dataclass(frozen=True)
+class WorkerRun:
+    pid: int
+    returncode: int
+    stderr: str
+
+
+def _worker(
+    console: Console, env: dict[str, str], task: str, thread_id: str, doing: str
+) -> WorkerRun:
+    """Run a worker process on the thread: `python -m langgraph_colosseum.demo --worker ...`."""
+    command = [sys.executable, "-m", "langgraph_colosseum.demo", "--worker", task, thread_id]
+    with console.status(f"{doing} …"):
+        process = subprocess.Popen(
+            command, env={**os.environ, **env}, stdout=subprocess.DEVNULL,
+            stderr=subprocess.PIPE, text=True,
+        )  # fmt: skip
+        _, stderr = process.communicate(timeout=120)
+    if process.returncode not in (0, -signal.SIGKILL):
+        raise DemoFailedError(f"the {task} worker failed:\n{stderr[-3000:]}")
+    return WorkerRun(process.pid, process.returncode, stderr)
+
+
+class _KilledBeforeSavingToolResults(ColosseumSaver):
+    """A saver whose process is killed when a tool result is about to be saved.
+
+    That is the worst moment for a worker to die: the tool's side effect has
+    happened, and the step that ran it is not recorded, so LangGraph runs the
+    step again on resume.
+    """
+
+    def put_writes(self, config: Any, writes: Sequence[tuple[str, Any]], task_id: str,
+                   task_path: str = "") -> None:  # fmt: skip
+        if any(isinstance(message, ToolMessage)
+               for channel, value in writes if channel == "messages"
+               for message in (value if isinstance(value, list) else [value])):  # fmt: skip
+            os.kill(os.getpid(), signal.SIGKILL)
+        super().put_writes(config, writes, task_id, task_path)
+
+
+def work(task: str, thread_id: str) -> None:
+    """One worker's turn on the thread, in its own process.
+
+    "approve" resumes the interrupt with the CIO's approval and is killed when
+    the order's result is about to be saved; "continue" resumes the thread
+    by its id and runs it to the end.
+    """
+    saver_class = _KilledBeforeSavingToolResults if task == "approve" else ColosseumSaver
+    config = {"configurable": {"thread_id": thread_id}}
+    with saver_class.from_env(pool_size=2) as saver:
+        graph = build_committee(saver, OrderBook(embedded.database_url()))
+        command = Command(resume=APPROVAL) if task == "approve" else None
+        # durability="sync": every step is saved before the next one starts, so
+        # a kill loses at most the step in flight.
+        graph.invoke(command, config, durability="sync")
+
+
+def main(argv: Sequence[str] | None = None) -> None:
+    parser = argparse.ArgumentParser(prog="python -m langgraph_colosseum.demo",
+                                     description=__doc__.split("\n\n")[0])  # fmt: skip
+    parser.add_argument("--ticker", default=DEFAULT_TICKER)
+    parser.add_argument("--worker", nargs=2, metavar=("TASK", "THREAD"),
+                        help="internal: run a worker's turn (approve | continue) on a thread")  # fmt: skip
+    args = parser.parse_args(argv)
+    if args.worker:
+        work(*args.worker)
+    else:
+        run(ticker=args.ticker)
+
+
+if __name__ == "__main__":
+    main()
