@@ -1,4 +1,4 @@
-"""Every example runs to the end against the test database."""
+"""Every example runs to the end against the test database, and shows what it is for."""
 
 from __future__ import annotations
 
@@ -11,6 +11,19 @@ import pytest
 
 EXAMPLES = sorted((Path(__file__).parents[2] / "examples").glob("*.py"))
 
+# What each example prints once it has shown its point (each also asserts it).
+SHOWS = {
+    "idempotent_tools": "the bank executed 1 payment(s)",
+    "multi_agent_committee": "the broker received 1 order(s)",
+    "quickstart": "SQL: latest ticker of this thread = TSLA (reviewed)",
+    "resume_after_crash": "no step lost, none run twice",
+    "time_travel": "checkpoints in all, three branches",
+}
+
+
+def test_every_example_is_checked() -> None:
+    assert sorted(SHOWS) == [p.stem for p in EXAMPLES]
+
 
 @pytest.mark.parametrize("example", EXAMPLES, ids=[p.stem for p in EXAMPLES])
 def test_example_runs(example: Path, pg_url: str) -> None:
@@ -19,4 +32,4 @@ def test_example_runs(example: Path, pg_url: str) -> None:
         [sys.executable, str(example)], env=env, capture_output=True, text=True, timeout=120
     )
     assert done.returncode == 0, done.stderr[-3000:]
-    assert done.stdout.strip(), "the example printed nothing"
+    assert SHOWS[example.stem] in done.stdout, done.stdout[-3000:]
