@@ -222,7 +222,8 @@ def diff(
     """What changed between two checkpoints of a thread, channel by channel.
 
     A channel is added, removed or changed; for a message list, the messages
-    added and removed (by id) are listed instead of the whole list.
+    added (+), removed (-) and edited in place (~), by id, are listed instead
+    of the whole list.
     """
     with _saver() as saver:
         old, new = _checkpoint(saver, thread, before), _checkpoint(saver, thread, after)
@@ -276,13 +277,18 @@ def channel_changes(
             # messages that differ, not two copies of the whole conversation.
             before_list = [] if before is _ABSENT else before
             after_list = [] if after is _ABSENT else after
-            before_ids = {m.id for m in before_list}
+            before_by_id = {m.id: m for m in before_list}
             after_ids = {m.id for m in after_list}
             change["messages_added"] = [
-                _message_summary(m) for m in after_list if m.id not in before_ids
+                _message_summary(m) for m in after_list if m.id not in before_by_id
             ]
             change["messages_removed"] = [
                 _message_summary(m) for m in before_list if m.id not in after_ids
+            ]
+            change["messages_edited"] = [  # replaced by id (add_messages), new content
+                _message_summary(m)
+                for m in after_list
+                if m.id in before_by_id and encode(m) != encode(before_by_id[m.id])
             ]
         else:
             if before is not _ABSENT:
@@ -315,7 +321,10 @@ def _describe(change: dict[str, Any]) -> str:
         lines += [
             f"- {m['name'] or m['type']}: {m['text'][:100]}" for m in change["messages_removed"]
         ]
-        return "\n".join(lines) or "same messages, changed in place"
+        lines += [
+            f"~ {m['name'] or m['type']}: {m['text'][:100]}" for m in change["messages_edited"]
+        ]
+        return "\n".join(lines)
     shown = [
         json.dumps(change[side], default=str)[:100]
         for side in ("before", "after")
