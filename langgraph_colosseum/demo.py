@@ -182,13 +182,19 @@ def _servers(console: Console) -> dict[str, str]:
     label = f"Starting the embedded {' and '.join(unset)}" if unset else "Connecting"
     with console.status(f"{label} …"):
         env = embedded.worker_env()
-    table = Table("server", "where", "from", title="servers", title_justify="left")
-    table.add_row("PostgreSQL", env[embedded.DATABASE_ENV[0]],
-                  "configured" if embedded.configured_database_url() else "embedded")  # fmt: skip
-    table.add_row("Redis", env.get(embedded.REDIS_ENV[0], "none"),
-                  "configured" if embedded.configured_redis_url() else "embedded")  # fmt: skip
+    database, cache = env[embedded.DATABASE_ENV[0]], env.get(embedded.REDIS_ENV[0])
+    table = Table("server", "from", title="servers", title_justify="left")
+    table.add_column("url", overflow="fold")
+    table.add_row("PostgreSQL", _mode(embedded.configured_database_url(), database), database)
+    table.add_row("Redis", _mode(embedded.configured_redis_url(), cache), cache or "-")
     console.print(table)
     return env
+
+
+def _mode(configured: str | None, url: str | None) -> str:
+    if configured:
+        return "configured"
+    return "embedded" if url else "none: no hot cache"
 
 
 def _section(console: Console, number: str, title: str) -> None:
