@@ -35,6 +35,7 @@ from dataclasses import dataclass
 from typing import Any
 
 from langchain_core.messages import ToolMessage
+from langchain_core.runnables import RunnableConfig
 from langgraph.types import Command
 from rich.console import Console
 from rich.panel import Panel
@@ -86,8 +87,8 @@ def run(console: Console | None = None, ticker: str = DEFAULT_TICKER) -> DemoOut
     console = console or Console()
     run_id = uuid.uuid4().hex[:8]
     thread_id = f"committee-{run_id}-{ticker.lower()}"
-    config = {"configurable": {"thread_id": thread_id},
-              "metadata": {"desk": "demo", "demo_run": run_id}}  # fmt: skip
+    config: RunnableConfig = {"configurable": {"thread_id": thread_id},
+                              "metadata": {"desk": "demo", "demo_run": run_id}}  # fmt: skip
 
     console.print(Panel.fit(
         f"An investment committee on [bold]{ticker}[/]: a supervisor, a technical analyst, a risk\n"
@@ -243,7 +244,7 @@ def _show_conversation(console: Console, saver: ColosseumSaver, thread_id: str) 
 
 
 def _time_travel(
-    console: Console, graph: Any, config: dict[str, Any], orders: int
+    console: Console, graph: Any, config: RunnableConfig, orders: int
 ) -> tuple[str, str]:
     """Show the history, travel back, fork; (the past checkpoint id, the fork's head id)."""
     history = list(graph.get_state_history(config))
@@ -288,7 +289,7 @@ def _checkpoint_id(snapshot: Any) -> str:
 def _show_searches(console: Console, saver: ColosseumSaver, run_id: str) -> None:
     this_run = {"demo_run": run_id}
     console.print(f"saver.threads.search(metadata={this_run}, ...), newest update first:")
-    searches = [
+    searches: list[tuple[str, dict[str, Any]]] = [
         ("-", {}),
         ("status='interrupted'", {"status": "interrupted"}),
         (f"values={{'ticker': '{VETOED_TICKER}'}}", {"values": {"ticker": VETOED_TICKER}}),
@@ -366,13 +367,13 @@ def work(task: str, thread_id: str) -> None:
     by its id and runs it to the end.
     """
     saver_class = _KilledBeforeSavingToolResults if task == "approve" else ColosseumSaver
-    config = {"configurable": {"thread_id": thread_id}}
+    config: RunnableConfig = {"configurable": {"thread_id": thread_id}}
     with saver_class.from_env(pool_size=2) as saver:
         graph = build_committee(saver, OrderBook(embedded.database_url()))
-        command = Command(resume=APPROVAL) if task == "approve" else None
+        resume: Command | None = Command(resume=APPROVAL) if task == "approve" else None
         # durability="sync": every step is saved before the next one starts, so
         # a kill loses at most the step in flight.
-        graph.invoke(command, config, durability="sync")
+        graph.invoke(resume, config, durability="sync")
 
 
 def main(argv: Sequence[str] | None = None) -> None:
