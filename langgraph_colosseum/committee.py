@@ -199,7 +199,8 @@ class OrderBook:
 
     It does not deduplicate on purpose: each row is an order the market saw,
     so two rows for one decision would be a double fill. The table lives in
-    the checkpointer's database; its key starts with thread_id, as all do.
+    the checkpointer's database, outside its `colosseum_*` schema; its key
+    starts with thread_id all the same.
 
     Example:
         >>> book = OrderBook(database_url())
@@ -209,7 +210,7 @@ class OrderBook:
     """
 
     CREATE = """
-    CREATE TABLE IF NOT EXISTS colosseum_demo_orders (
+    CREATE TABLE IF NOT EXISTS committee_orders (
         thread_id       text NOT NULL,
         order_id        bigint GENERATED ALWAYS AS IDENTITY,
         ticker          text NOT NULL,
@@ -223,13 +224,13 @@ class OrderBook:
     )
     """
     INSERT = """
-    INSERT INTO colosseum_demo_orders
+    INSERT INTO committee_orders
         (thread_id, ticker, side, quantity, limit_price, client_order_id, worker_pid)
     VALUES (%s, %s, %s, %s, %s, %s, %s)
     RETURNING order_id
     """
     SELECT = f"""
-    SELECT {", ".join(Order.__dataclass_fields__)} FROM colosseum_demo_orders
+    SELECT {", ".join(Order.__dataclass_fields__)} FROM committee_orders
     WHERE thread_id = %s ORDER BY order_id
     """
 
