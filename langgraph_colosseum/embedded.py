@@ -399,7 +399,8 @@ class _Users:
 def _users(server: _Server) -> Iterator[_Users]:
     import fcntl  # POSIX only, as are both embedded servers' sockets
 
-    path = data_dir() / f"{server.directory.name}.users.json"
+    # Beside the data directory, not inside it: initdb wants an empty directory.
+    path = server.directory.with_name(f"{server.directory.name}.users.json")
     path.parent.mkdir(parents=True, exist_ok=True)
     with open(path, "a+", encoding="utf-8") as file:
         fcntl.flock(file, fcntl.LOCK_EX)  # released when the file closes

@@ -115,3 +115,16 @@ def test_valkey_is_shared_and_outlives_a_killed_user(
     assert reused.stdout.split() == [url, server_pid]
     assert not pidfile.exists()  # Valkey removes it on a clean shutdown
     assert not embedded.status()["redis"]["running"]
+
+
+def test_a_server_is_released_where_it_was_started(tmp_path: Path) -> None:
+    # XDG_DATA_HOME changes after the start (as under monkeypatch): the exit
+    # handler still releases, and stops, the server in the first directory.
+    later = tmp_path / "later"
+    done = _in_a_process(
+        f"embedded.embedded_redis_url()\nimport os\nos.environ['XDG_DATA_HOME'] = {str(later)!r}",
+        tmp_path,
+    )
+    assert done.returncode == 0, done.stderr
+    assert not (tmp_path / "colosseum" / "valkey" / "valkey.pid").exists()
+    assert not later.exists()
