@@ -107,6 +107,11 @@ def run(console: Console | None = None, ticker: str = DEFAULT_TICKER) -> DemoOut
         graph.invoke(convene(ticker), config)
         state = graph.get_state(config)
         _show_analysis(console, state.values)
+        if not state.interrupts:
+            raise DemoFailedError(
+                f"{state.values['messages'][-1].content} The demo needs a ticker the committee "
+                f"would buy, such as {DEFAULT_TICKER}."
+            )
         (question,) = state.interrupts
         console.print(Panel(
             f"{question.value['question']}\n[dim]thread {thread_id} is now "
