@@ -292,8 +292,8 @@ def supervisor(state: CommitteeState) -> dict[str, Any]:
     approval = state.get("approval")
     last = state["messages"][-1]
 
-    def turn(text: str, next_speaker: str, **update: Any) -> dict[str, Any]:
-        return {"messages": [_say(text, "supervisor")], "next_speaker": next_speaker, **update}
+    def turn(text: str, next_speaker: str) -> dict[str, Any]:
+        return {"messages": [_say(text, "supervisor")], "next_speaker": next_speaker}
 
     if "indicators" not in state:
         return turn(f"Committee on {ticker} is open. Technical analyst, your read?",
@@ -314,6 +314,9 @@ def supervisor(state: CommitteeState) -> dict[str, Any]:
         return turn(f"Confirmed: {last.content}. Committee closed.", END)
     order = {"ticker": ticker, "side": "buy", "quantity": position["shares"],
              "limit_price": position["limit_price"]}  # fmt: skip
+    # The call id is part of the idempotency key, so it is derived from the
+    # decision: were this step re-run, it would ask for the same order again,
+    # and the ledger would recognise it.
     call = {"name": "place_order", "args": order, "id": f"order-{ticker}-{position['shares']}"}
     message = AIMessage("Placing the order.", name="supervisor", tool_calls=[call])
     return {"messages": [message], "next_speaker": "tools"}
