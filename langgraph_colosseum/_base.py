@@ -26,14 +26,35 @@ from langgraph.checkpoint.serde.base import SerializerProtocol, maybe_add_typed_
 from langgraph.checkpoint.serde.jsonplus import JsonPlusSerializer
 
 from langgraph_colosseum._core.codec import TypeRegistry, default_registry
+from langgraph_colosseum._core.hot import KEY_PREFIX, HotHead
 from langgraph_colosseum._core.io import Operation
 from langgraph_colosseum._core.shapes import DEFAULT_SNAPSHOT_EVERY
 from langgraph_colosseum._core.store import DEFAULT_PAGE_SIZE, CheckpointStore, next_version
 from langgraph_colosseum._core.threads import Retention
 from langgraph_colosseum._core.values import ValueCodec
+from langgraph_colosseum.embedded import (
+    configured_database_url,
+    configured_redis_url,
+    embedded_postgres_url,
+    redis_url,
+)
 from langgraph_colosseum.threads import DEFAULT_LEASE, OnBusy
 
 T = TypeVar("T")
+
+
+def servers_from_env() -> tuple[str, str | None]:
+    """(database URL, Redis URL or None) as `from_env` uses them.
+
+    A URL that is set is used, and then nothing embedded starts for that
+    server; with no database URL at all, the embedded PostgreSQL starts, and
+    the embedded Valkey too unless a Redis URL is set.
+    """
+    database = configured_database_url()
+    if database is not None:
+        return database, configured_redis_url()
+    return embedded_postgres_url(), redis_url()
+
 
 if TYPE_CHECKING:
     from langgraph_colosseum.threads import AsyncThreads, Threads
@@ -52,7 +73,10 @@ class ColosseumSaverBase(BaseCheckpointSaver[str], abc.ABC):
         page_size: int = DEFAULT_PAGE_SIZE,
         snapshot_every: int = DEFAULT_SNAPSHOT_EVERY,
         retention: Retention | None = None,
+        hot_ttl: timedelta | None = None,
+        cache_prefix: str = KEY_PREFIX,
     ) -> None:
+        """`hot_ttl` is None without a Redis cache; the drivers set it when given one."""
         self.types: TypeRegistry = default_registry()
         for cls in types:
             self.types.register(cls)
@@ -70,6 +94,7 @@ class ColosseumSaverBase(BaseCheckpointSaver[str], abc.ABC):
         )
         self.retention = retention
         self._store.thread_ttl = retention.thread_ttl if retention else None
+        self._store.hot = HotHead(hot_ttl, cache_prefix) if hot_ttl is not None else None
 
     def _msgpack_allowlist(self) -> list[tuple[str, str]]:
         return [(cls.__module__, cls.__qualname__) for cls in self.types.classes()]

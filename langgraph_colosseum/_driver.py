@@ -14,6 +14,7 @@ a change to one is made to the other.
 from __future__ import annotations
 
 import logging
+import random
 from typing import Any
 
 import psycopg
@@ -32,6 +33,18 @@ def is_connection_failure(exc: BaseException, conn: Any) -> bool:
     return isinstance(exc, psycopg.OperationalError) and (
         conn is None or conn.broken or conn.closed
     )
+
+
+# Postgres aborted the transaction to break a deadlock (a put meeting a delete
+# of its thread: they lock rows in different orders) or a serialization
+# conflict. The statement did nothing and, being idempotent, is simply rerun.
+CONFLICTS = (psycopg.errors.DeadlockDetected, psycopg.errors.SerializationFailure)
+RETRIES_ON_CONFLICT = 5
+
+
+def conflict_pause(conflicts: int) -> float:
+    """A short random pause before rerunning, so the two sides do not meet again."""
+    return random.uniform(0, 0.005 * conflicts)
 
 
 def perform(conn: psycopg.Connection, request: Request) -> Any:

@@ -12,20 +12,24 @@ import psycopg
 from langgraph.checkpoint.serde.base import SerializerProtocol
 from psycopg_pool import AsyncConnectionPool
 
-from langgraph_colosseum._base import ColosseumSaverBase
+from langgraph_colosseum._base import ColosseumSaverBase, servers_from_env
 from langgraph_colosseum._core import io
 from langgraph_colosseum._core import threads as threads_ops
-from langgraph_colosseum._core.io import Operation, Request
+from langgraph_colosseum._core.hot import DEFAULT_HOT_TTL, KEY_PREFIX
+from langgraph_colosseum._core.io import CacheCall, CacheDrop, Operation, Request
 from langgraph_colosseum._core.shapes import DEFAULT_SNAPSHOT_EVERY
 from langgraph_colosseum._core.store import DEFAULT_PAGE_SIZE
 from langgraph_colosseum._core.threads import Retention
 from langgraph_colosseum._driver import (
+    CONFLICTS,
     RETRIES_ON_BROKEN_CONNECTION,
+    RETRIES_ON_CONFLICT,
     aperform,
+    conflict_pause,
     is_connection_failure,
     logger,
 )
-from langgraph_colosseum.embedded import database_url
+from langgraph_colosseum.cache import AsyncRedisCache, async_client_from_url
 from langgraph_colosseum.saver import DEFAULT_POOL_SIZE
 from langgraph_colosseum.threads import AsyncThreads
 
@@ -56,14 +60,22 @@ class AsyncColosseumSaver(ColosseumSaverBase):
         page_size: int = DEFAULT_PAGE_SIZE,
         snapshot_every: int = DEFAULT_SNAPSHOT_EVERY,
         retention: Retention | None = None,
+        cache: Any = None,
+        hot_ttl: timedelta = DEFAULT_HOT_TTL,
+        cache_prefix: str = KEY_PREFIX,
     ) -> None:
+        """`cache`: a `redis.asyncio.Redis` or `RedisCluster` for the hot head (see
+        `ColosseumSaver`)."""
         super().__init__(
             serde=serde,
             types=types,
             page_size=page_size,
             snapshot_every=snapshot_every,
             retention=retention,
+            hot_ttl=hot_ttl if cache is not None else None,
+            cache_prefix=cache_prefix,
         )
+        self.cache = AsyncRedisCache(cache) if cache is not None else None
         self.conn = conn
         self._conn_lock = None if isinstance(conn, AsyncConnectionPool) else asyncio.Lock()
         try:
@@ -79,9 +91,10 @@ class AsyncColosseumSaver(ColosseumSaverBase):
         *,
         pool_size: int | None = None,
         serde: SerializerProtocol | None = None,
+        redis_url: str | None = None,
         **options: Any,
     ) -> AsyncIterator[AsyncColosseumSaver]:
-        """A saver on its own connection pool, closed on exit."""
+        """A saver on its own connection pool (and Redis client), closed on exit."""
         async with AsyncConnectionPool(
             conn_string,
             min_size=1,
@@ -89,7 +102,12 @@ class AsyncColosseumSaver(ColosseumSaverBase):
             kwargs={"autocommit": True},
             open=False,
         ) as pool:
-            yield cls(pool, serde=serde, **options)
+            client = async_client_from_url(redis_url) if redis_url else None
+            try:
+                yield cls(pool, serde=serde, cache=client, **options)
+            finally:
+                if client is not None:
+                    await client.aclose()
 
     @classmethod
     @asynccontextmanager
@@ -100,9 +118,12 @@ class AsyncColosseumSaver(ColosseumSaverBase):
         serde: SerializerProtocol | None = None,
         **options: Any,
     ) -> AsyncIterator[AsyncColosseumSaver]:
-        """A saver on COLOSSEUM_DATABASE_URL / DATABASE_URL, else the embedded PostgreSQL."""
-        url = await asyncio.to_thread(database_url)  # may start the embedded server
-        async with cls.from_conn_string(url, pool_size=pool_size, serde=serde, **options) as saver:
+        """A saver on the configured servers, else the embedded ones (see `ColosseumSaver`)."""
+        # May start the embedded servers, which blocks.
+        database, redis_url = await asyncio.to_thread(servers_from_env)
+        async with cls.from_conn_string(
+            database, pool_size=pool_size, serde=serde, redis_url=redis_url, **options
+        ) as saver:
             yield saver
 
     async def sweep(self) -> int:
@@ -133,7 +154,11 @@ class AsyncColosseumSaver(ColosseumSaverBase):
     async def _perform(self, request: Request) -> Any:
         # Blocking calls from other threads are sent to the loop that first used us.
         self.loop = self.loop or asyncio.get_running_loop()
-        for attempt in range(RETRIES_ON_BROKEN_CONNECTION + 1):
+        if isinstance(request, (CacheCall, CacheDrop)):
+            assert self.cache is not None
+            return await self.cache.perform(request)
+        broken = conflicts = 0
+        while True:
             conn = None
             try:
                 if isinstance(self.conn, AsyncConnectionPool):
@@ -143,17 +168,22 @@ class AsyncColosseumSaver(ColosseumSaverBase):
                 async with self._conn_lock:
                     conn = self.conn
                     return await aperform(conn, request)
+            except CONFLICTS:
+                conflicts += 1
+                if conflicts > RETRIES_ON_CONFLICT:
+                    raise
+                await asyncio.sleep(conflict_pause(conflicts))
             except psycopg.OperationalError as exc:
                 retry = isinstance(self.conn, AsyncConnectionPool) and is_connection_failure(
                     exc, conn
                 )
-                if not retry or attempt == RETRIES_ON_BROKEN_CONNECTION:
+                broken += 1
+                if not retry or broken > RETRIES_ON_BROKEN_CONNECTION:
                     raise
                 logger.warning("Postgres connection lost (%s); retrying on a fresh one", exc)
                 # The server may have restarted: drop every dead idle connection at
                 # once rather than meeting them one by one.
                 await self.conn.check()
-        raise AssertionError("unreachable")
 
     async def _arun(self, op: Operation[T]) -> T:
         return await io.arun(op, self._perform)

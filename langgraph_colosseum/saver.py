@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import asyncio
 import threading
+import time
 from collections.abc import AsyncIterator, Iterable, Iterator
 from contextlib import contextmanager, nullcontext
 from datetime import timedelta
@@ -13,20 +14,24 @@ import psycopg
 from langgraph.checkpoint.serde.base import SerializerProtocol
 from psycopg_pool import ConnectionPool
 
-from langgraph_colosseum._base import ColosseumSaverBase
+from langgraph_colosseum._base import ColosseumSaverBase, servers_from_env
 from langgraph_colosseum._core import io
 from langgraph_colosseum._core import threads as threads_ops
-from langgraph_colosseum._core.io import Operation, Request
+from langgraph_colosseum._core.hot import DEFAULT_HOT_TTL, KEY_PREFIX
+from langgraph_colosseum._core.io import CacheCall, CacheDrop, Operation, Request
 from langgraph_colosseum._core.shapes import DEFAULT_SNAPSHOT_EVERY
 from langgraph_colosseum._core.store import DEFAULT_PAGE_SIZE
 from langgraph_colosseum._core.threads import Retention
 from langgraph_colosseum._driver import (
+    CONFLICTS,
     RETRIES_ON_BROKEN_CONNECTION,
+    RETRIES_ON_CONFLICT,
+    conflict_pause,
     is_connection_failure,
     logger,
     perform,
 )
-from langgraph_colosseum.embedded import database_url
+from langgraph_colosseum.cache import RedisCache, client_from_url
 from langgraph_colosseum.threads import Threads
 
 T = TypeVar("T")
@@ -55,14 +60,22 @@ class ColosseumSaver(ColosseumSaverBase):
         page_size: int = DEFAULT_PAGE_SIZE,
         snapshot_every: int = DEFAULT_SNAPSHOT_EVERY,
         retention: Retention | None = None,
+        cache: Any = None,
+        hot_ttl: timedelta = DEFAULT_HOT_TTL,
+        cache_prefix: str = KEY_PREFIX,
     ) -> None:
+        """`cache`: a `redis.Redis` or `redis.cluster.RedisCluster` for the hot head;
+        its keys are `cache_prefix` + `{thread_id}`, and idle ones expire after `hot_ttl`."""
         super().__init__(
             serde=serde,
             types=types,
             page_size=page_size,
             snapshot_every=snapshot_every,
             retention=retention,
+            hot_ttl=hot_ttl if cache is not None else None,
+            cache_prefix=cache_prefix,
         )
+        self.cache = RedisCache(cache) if cache is not None else None
         self.conn = conn
         # One connection runs one statement at a time; a pool needs no lock.
         self._conn_lock = None if isinstance(conn, ConnectionPool) else threading.Lock()
@@ -75,9 +88,17 @@ class ColosseumSaver(ColosseumSaverBase):
         *,
         pool_size: int | None = None,
         serde: SerializerProtocol | None = None,
+        redis_url: str | None = None,
         **options: Any,
     ) -> Iterator[ColosseumSaver]:
-        """A saver on its own connection pool, closed on exit."""
+        """A saver on its own connection pool (and Redis client), closed on exit.
+
+        Example:
+            >>> with ColosseumSaver.from_conn_string(
+            ...     dsn, redis_url="redis://localhost:6379", hot_ttl=timedelta(hours=1)
+            ... ) as saver:
+            ...     graph = builder.compile(checkpointer=saver)
+        """
         with ConnectionPool(
             conn_string,
             min_size=1,
@@ -85,7 +106,12 @@ class ColosseumSaver(ColosseumSaverBase):
             kwargs={"autocommit": True},
             open=True,
         ) as pool:
-            yield cls(pool, serde=serde, **options)
+            client = client_from_url(redis_url) if redis_url else None
+            try:
+                yield cls(pool, serde=serde, cache=client, **options)
+            finally:
+                if client is not None:
+                    client.close()
 
     @classmethod
     @contextmanager
@@ -96,14 +122,19 @@ class ColosseumSaver(ColosseumSaverBase):
         serde: SerializerProtocol | None = None,
         **options: Any,
     ) -> Iterator[ColosseumSaver]:
-        """A saver on COLOSSEUM_DATABASE_URL / DATABASE_URL, else the embedded PostgreSQL.
+        """A saver on the configured servers, else the embedded ones.
+
+        Postgres: COLOSSEUM_DATABASE_URL, DATABASE_URL, else the embedded
+        PostgreSQL. The hot cache: COLOSSEUM_REDIS_URL, REDIS_URL, else the
+        embedded Valkey when no database URL is set either (see embedded.py).
 
         Example:
             >>> with ColosseumSaver.from_env() as saver:
             ...     saver.setup()
         """
+        database, redis_url = servers_from_env()
         with cls.from_conn_string(
-            database_url(), pool_size=pool_size, serde=serde, **options
+            database, pool_size=pool_size, serde=serde, redis_url=redis_url, **options
         ) as saver:
             yield saver
 
@@ -144,20 +175,29 @@ class ColosseumSaver(ColosseumSaverBase):
         return _locked(self._conn_lock, self.conn)
 
     def _perform(self, request: Request) -> Any:
-        for attempt in range(RETRIES_ON_BROKEN_CONNECTION + 1):
+        if isinstance(request, (CacheCall, CacheDrop)):
+            assert self.cache is not None
+            return self.cache.perform(request)
+        broken = conflicts = 0
+        while True:
             conn = None
             try:
                 with self._connection() as conn:
                     return perform(conn, request)
+            except CONFLICTS:
+                conflicts += 1
+                if conflicts > RETRIES_ON_CONFLICT:
+                    raise
+                time.sleep(conflict_pause(conflicts))
             except psycopg.OperationalError as exc:
                 retry = isinstance(self.conn, ConnectionPool) and is_connection_failure(exc, conn)
-                if not retry or attempt == RETRIES_ON_BROKEN_CONNECTION:
+                broken += 1
+                if not retry or broken > RETRIES_ON_BROKEN_CONNECTION:
                     raise
                 logger.warning("Postgres connection lost (%s); retrying on a fresh one", exc)
                 # The server may have restarted: drop every dead idle connection at
                 # once rather than meeting them one by one.
                 self.conn.check()
-        raise AssertionError("unreachable")
 
     def _run(self, op: Operation[T]) -> T:
         return io.run(op, self._perform)

@@ -1,9 +1,15 @@
-"""Shared fixtures: a throwaway Postgres database for the whole test session.
+"""Shared fixtures: a throwaway Postgres database for the whole test session,
+and the Redis hot cache.
 
-The server comes from COLOSSEUM_TEST_POSTGRES_URL, else the local PostgreSQL on
-127.0.0.1:5432, else the embedded one (the `embedded` extra), so `pytest` passes
-on a bare laptop too. Each session creates its own database and drops it at the end,
-so runs never see each other's rows.
+The Postgres server comes from COLOSSEUM_TEST_POSTGRES_URL, else the local
+PostgreSQL on 127.0.0.1:5432, else the embedded one (the `embedded` extra), so
+`pytest` passes on a bare laptop too. Each session creates its own database and
+drops it at the end, so runs never see each other's rows. Redis comes from
+COLOSSEUM_TEST_REDIS_URL, else 127.0.0.1:6379, else the embedded Valkey; each
+session's keys carry a prefix of their own.
+
+The `saver` and `asaver` fixtures run every test twice: on Postgres alone, and
+with the Redis hot head in front of it.
 """
 
 from __future__ import annotations
@@ -15,6 +21,7 @@ from collections.abc import AsyncIterator, Iterator
 
 import psycopg
 import pytest
+import redis
 from psycopg import conninfo
 
 from langgraph_colosseum import AsyncColosseumSaver, ColosseumSaver
@@ -26,6 +33,9 @@ TRUNCATE = (
 
 
 LOCAL_SERVER = "postgresql://postgres@127.0.0.1:5432/test"
+LOCAL_REDIS = "redis://127.0.0.1:6379/0"
+# One prefix per session (and per xdist worker, were it used): no two runs share keys.
+CACHE_PREFIX = f"colosseum-test-{uuid.uuid4().hex[:8]}:"
 
 
 @functools.cache
@@ -40,6 +50,40 @@ def server_url() -> str:
         from langgraph_colosseum.embedded import embedded_postgres_url
 
         return embedded_postgres_url()
+
+
+@functools.cache
+def redis_url() -> str:
+    """COLOSSEUM_TEST_REDIS_URL, else the local Redis, else the embedded Valkey."""
+    if configured := os.environ.get("COLOSSEUM_TEST_REDIS_URL"):
+        return configured
+    try:
+        redis.Redis.from_url(LOCAL_REDIS, socket_connect_timeout=3).ping()
+        return LOCAL_REDIS
+    except redis.RedisError:
+        from langgraph_colosseum.embedded import embedded_redis_url
+
+        return embedded_redis_url()
+
+
+def flush_cache(url: str | None = None, prefix: str = CACHE_PREFIX) -> None:
+    """Delete this session's keys (Postgres is truncated between tests: so is Redis)."""
+    client = redis.Redis.from_url(url or redis_url())
+    try:
+        for key in client.scan_iter(match=f"{prefix}*", count=1000):
+            client.delete(key)
+    finally:
+        client.close()
+
+
+CACHE_MODES = ["postgres", "redis"]
+
+
+def cache_options(mode: str) -> dict:
+    """from_conn_string options for a cache mode of the `saver` fixtures."""
+    if mode == "postgres":
+        return {}
+    return {"redis_url": redis_url(), "cache_prefix": CACHE_PREFIX}
 
 
 @pytest.fixture(scope="session")
@@ -60,19 +104,23 @@ def pg_url() -> Iterator[str]:
 
 
 def truncate(url: str) -> None:
+    """Empty every table, and this session's Redis keys with them (a head of a
+    truncated thread would be a head of nothing)."""
     with psycopg.connect(url, autocommit=True) as conn:
         conn.execute(TRUNCATE)
+    flush_cache()
 
 
-@pytest.fixture
-def saver(pg_url: str) -> Iterator[ColosseumSaver]:
+@pytest.fixture(params=CACHE_MODES)
+def saver(pg_url: str, request: pytest.FixtureRequest) -> Iterator[ColosseumSaver]:
     truncate(pg_url)
-    with ColosseumSaver.from_conn_string(pg_url, pool_size=4) as s:
+    with ColosseumSaver.from_conn_string(pg_url, pool_size=4, **cache_options(request.param)) as s:
         yield s
 
 
-@pytest.fixture
-async def asaver(pg_url: str) -> AsyncIterator[AsyncColosseumSaver]:
+@pytest.fixture(params=CACHE_MODES)
+async def asaver(pg_url: str, request: pytest.FixtureRequest) -> AsyncIterator[AsyncColosseumSaver]:
     truncate(pg_url)
-    async with AsyncColosseumSaver.from_conn_string(pg_url, pool_size=4) as s:
+    options = cache_options(request.param)
+    async with AsyncColosseumSaver.from_conn_string(pg_url, pool_size=4, **options) as s:
         yield s

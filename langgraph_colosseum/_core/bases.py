@@ -26,7 +26,9 @@ class BaseCache:
         self.max_bytes = max_bytes
         self._entries: OrderedDict[ChannelKey, Base] = OrderedDict()
         self._bytes = 0
-        # Guards the dict only (never held across I/O), so no statement waits on it.
+        # The channels held per (thread, namespace), for `of_namespace`.
+        self._channels: dict[tuple[str, str], set[str]] = {}
+        # Guards the dicts only (never held across I/O), so no statement waits on it.
         self._lock = threading.Lock()
 
     def get(self, key: ChannelKey) -> Base | None:
@@ -35,6 +37,12 @@ class BaseCache:
             if base is not None:
                 self._entries.move_to_end(key)
             return base
+
+    def of_namespace(self, thread_id: str, checkpoint_ns: str) -> dict[str, Base]:
+        """The bases held for one (thread, namespace), by channel."""
+        with self._lock:
+            channels = self._channels.get((thread_id, checkpoint_ns), ())
+            return {ch: self._entries[(thread_id, checkpoint_ns, ch)] for ch in channels}
 
     def put(self, key: ChannelKey, base: Base) -> None:
         size = base.full_bytes + base.delta_bytes
@@ -46,9 +54,11 @@ class BaseCache:
             if old is not None:
                 self._bytes -= old.full_bytes + old.delta_bytes
             self._entries[key] = base
+            self._channels.setdefault(key[:2], set()).add(key[2])
             self._bytes += size
             while self._bytes > self.max_bytes:
-                _, evicted = self._entries.popitem(last=False)
+                evicted_key, evicted = self._entries.popitem(last=False)
+                self._unindex(evicted_key)
                 self._bytes -= evicted.full_bytes + evicted.delta_bytes
 
     def forget(self, keys: Iterable[ChannelKey]) -> None:
@@ -56,7 +66,15 @@ class BaseCache:
             for key in keys:
                 old = self._entries.pop(key, None)
                 if old is not None:
+                    self._unindex(key)
                     self._bytes -= old.full_bytes + old.delta_bytes
+
+    def _unindex(self, key: ChannelKey) -> None:
+        channels = self._channels.get(key[:2])
+        if channels is not None:
+            channels.discard(key[2])
+            if not channels:
+                del self._channels[key[:2]]
 
     def forget_threads(self, thread_ids: Iterable[str]) -> None:
         threads = set(thread_ids)

@@ -11,6 +11,7 @@ operation that pauses (a `list` being iterated slowly) holds no connection.
 * `Emit`: not I/O; an item for the caller of a streaming operation (`list`).
 * `Sleep`: a pause (polling another worker); the runners below do it themselves.
 * `RunTool`: run a tool call; only IdempotentToolNode's drivers take it.
+* `CacheCall` / `CacheDrop`: the Redis hot head (see hot.py); never raise.
 """
 
 from __future__ import annotations
@@ -61,11 +62,37 @@ class RunTool(NamedTuple):
     timeout: float | None
 
 
+class CacheCall(NamedTuple):
+    """Run the hot-head script `script` (see hot.py) on the Redis hash `key`.
+
+    The result is the script's reply, or `CACHE_UNAVAILABLE` when Redis could
+    not be used: a cache request never raises.
+    """
+
+    script: str
+    key: str
+    args: tuple[Any, ...]
+
+
+class CacheDrop(NamedTuple):
+    """Delete these Redis keys; the result is None whatever Redis did."""
+
+    keys: tuple[str, ...]
+
+
+class _Unavailable:
+    def __repr__(self) -> str:
+        return "CACHE_UNAVAILABLE"
+
+
+CACHE_UNAVAILABLE: Any = _Unavailable()
+
+
 class Overran(Exception):
     """A tool call ran past its timeout (the outcome of a `RunTool`)."""
 
 
-Request = Query | Transaction | Emit | Sleep | RunTool
+Request = Query | Transaction | Emit | Sleep | RunTool | CacheCall | CacheDrop
 Operation = Generator[Request, Any, T]
 
 

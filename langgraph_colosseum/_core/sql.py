@@ -245,7 +245,12 @@ new_checkpoint AS (
 )
 SELECT ARRAY(SELECT channel FROM missing) AS missing_bases,
        ARRAY(SELECT channel FROM new_values) AS inserted,
-       EXISTS (SELECT 1 FROM fenced) AS fenced
+       EXISTS (SELECT 1 FROM fenced) AS fenced,
+       -- The checkpoint's writes that committed first (LangGraph sends puts in
+       -- the background): the hot head may only advance if it holds them all.
+       ARRAY(SELECT w.idx || ':' || w.task_id FROM colosseum_writes w
+             WHERE w.thread_id = %(thread_id)s AND w.checkpoint_ns = %(checkpoint_ns)s
+               AND w.checkpoint_id = %(checkpoint_id)s) AS writes_before
 """
 
 # Regular writes are insert-if-absent (a retried task must not change what

@@ -33,7 +33,8 @@ from langgraph.checkpoint.serde.types import ERROR, INTERRUPT
 from langgraph_colosseum._core import schema, shapes, sql
 from langgraph_colosseum._core.bases import DEFAULT_MAX_BYTES, BaseCache, ChannelKey
 from langgraph_colosseum._core.guard import RUN_OWNER
-from langgraph_colosseum._core.io import Emit, Operation, Query, Transaction
+from langgraph_colosseum._core.hot import HotHead, pack_write, write_field
+from langgraph_colosseum._core.io import CACHE_UNAVAILABLE, Emit, Operation, Query, Transaction
 from langgraph_colosseum._core.values import (
     DELTA_ENCODINGS,
     EMPTY,
@@ -48,6 +49,7 @@ from langgraph_colosseum._core.values import (
     Where,
     columns,
     corrupt_row,
+    fresh_copy,
     not_storable,
     parse_value_rows,
 )
@@ -84,6 +86,13 @@ def checkpoint_config(thread_id: str, checkpoint_ns: str, checkpoint_id: str) ->
     }
 
 
+# The random tail makes a version name one value forever, which the base cache
+# and the Redis rows rely on. It is drawn from the OS, not from `random`: an
+# application that seeds `random` (or forks after importing us) must not make
+# two workers, or a deleted and a recreated thread, draw the same tails.
+_TAILS = random.SystemRandom()
+
+
 def next_version(current: str | int | float | None) -> str:
     """Zero-padded so versions sort as text; random tail as InMemorySaver's."""
     if current is None:
@@ -92,7 +101,7 @@ def next_version(current: str | int | float | None) -> str:
         number = int(current)
     else:
         number = int(current.split(".")[0])
-    return f"{number + 1:032}.{random.random():016}"
+    return f"{number + 1:032}.{_TAILS.random():016}"
 
 
 class CheckpointStore:
@@ -114,6 +123,7 @@ class CheckpointStore:
         self.bases = BaseCache(base_cache_bytes)
         self.seeds = ValueMemo(base_cache_bytes)
         self.thread_ttl: timedelta | None = None  # set by Retention (threads.py)
+        self.hot: HotHead | None = None  # the Redis hot head, when a cache is configured
 
     def with_codec(self, codec: ValueCodec) -> CheckpointStore:
         """The same store (and base cache) reading and writing through `codec`."""
@@ -147,6 +157,11 @@ class CheckpointStore:
     def get_tuple(self, config: RunnableConfig) -> Operation[CheckpointTuple | None]:
         thread_id, checkpoint_ns = thread_of(config)
         checkpoint_id = get_checkpoint_id(config)
+        seq = None  # set when the hot head missed and may be refilled from Postgres
+        if self.hot is not None:
+            hit, found, seq = yield from self._hot_read(thread_id, checkpoint_ns, checkpoint_id)
+            if hit:
+                return found
         params = {"thread_id": thread_id, "checkpoint_ns": checkpoint_ns, "ttl": self.thread_ttl}
         # With a retention policy, reading a thread also pushes its expiry back.
         touch = sql.TOUCH_THREAD if self.thread_ttl is not None else ""
@@ -156,15 +171,50 @@ class CheckpointStore:
             )
         else:
             rows = yield Query(touch + sql.GET_TUPLE_LATEST, params)
-        if not rows:
-            return None
-        row = rows[0]
-        values = Materializer(self.codec)
-        values.add(parse_value_rows(row[0], row[1], row[_CHECKPOINT_WIDTH:]))
-        document = self._load_document(row)
-        result = self._checkpoint_tuple(row, document, values)
-        self._remember_bases(row[0], row[1], document, values)
+        row = rows[0] if rows else None
+        value_rows = parse_value_rows(row[0], row[1], row[_CHECKPOINT_WIDTH:]) if row else []
+        result = None
+        if row is not None:
+            values = Materializer(self.codec)
+            values.add(value_rows)
+            document = self._load_document(row)
+            result = self._checkpoint_tuple(row, document, values)
+            self._remember_bases(row[0], row[1], document, values)
+        # Only what read back cleanly goes to Redis: a corrupt row stays a miss.
+        if seq is not None and not checkpoint_id:
+            assert self.hot is not None
+            yield self.hot.refill(thread_id, checkpoint_ns, seq, row, value_rows)
         return result
+
+    def _hot_read(
+        self, thread_id: str, checkpoint_ns: str, checkpoint_id: str | None
+    ) -> Operation[tuple[bool, CheckpointTuple | None, Any]]:
+        """(hit, tuple, seq): the head from Redis, or the counter a refill must match.
+
+        Values this process already holds decoded (its bases) are not sent
+        again: the reply leaves their rows out and they are copied here.
+        """
+        assert self.hot is not None
+        bases = self.bases.of_namespace(thread_id, checkpoint_ns)
+        known = {channel: base.version for channel, base in bases.items()}
+        reply = yield self.hot.read(thread_id, checkpoint_ns, checkpoint_id or "", known)
+        if reply is CACHE_UNAVAILABLE:
+            return False, None, None
+        seq, head, refillable = HotHead.parse_read(thread_id, checkpoint_ns, reply)
+        if head is None:
+            return False, None, seq if refillable else None
+        if not head.row:
+            return True, None, None  # the namespace has no checkpoint
+        document = self._load_document(head.row)
+        values = Materializer(self.codec)
+        for channel, version in document["channel_versions"].items():
+            if known.get(channel) == str(version):
+                key = (thread_id, checkpoint_ns, channel, str(version))
+                values.values[key] = fresh_copy(bases[channel].value)
+        values.add(head.value_rows)
+        result = self._checkpoint_tuple(head.row, document, values)
+        self._remember_bases(thread_id, checkpoint_ns, document, values, skip=known)
+        return True, result, None
 
     def list(
         self,
@@ -371,7 +421,7 @@ class CheckpointStore:
             "versions": [str(v) for v in new_versions.values()],
             **self._registry_params(config, checkpoint_ns, values, new_versions, planned),
         }
-        ((missing_bases, inserted, fenced),) = yield Query(
+        ((missing_bases, inserted, fenced, writes_before),) = yield Query(
             sql.PUT, {**params, **_value_columns(planned)}, prepare=None
         )
         if fenced:
@@ -388,7 +438,7 @@ class CheckpointStore:
                 else (stored, base)
                 for (stored, base), (ch, v) in zip(planned, new_versions.items())
             ]
-            ((missing_bases, inserted, fenced),) = yield Query(
+            ((missing_bases, inserted, fenced, writes_before),) = yield Query(
                 sql.PUT, {**params, **_value_columns(planned)}
             )
             if fenced:
@@ -400,6 +450,21 @@ class CheckpointStore:
         for (channel, _), (_, base) in zip(new_versions.items(), planned):
             if base is not None and channel in written:
                 self.bases.put((thread_id, checkpoint_ns, channel), base)
+        if self.hot is not None:
+            yield self.hot.advance(
+                thread_id,
+                checkpoint_ns,
+                checkpoint_id,
+                params["parent_checkpoint_id"],
+                params["checkpoint"],
+                params["metadata"],
+                checkpoint["channel_versions"],
+                writes_before,
+                [
+                    (ch, str(v), stored)
+                    for (ch, v), (stored, _) in zip(new_versions.items(), planned)
+                ],
+            )
         return checkpoint_config(thread_id, checkpoint_ns, checkpoint_id)
 
     def _registry_params(
@@ -526,6 +591,16 @@ class CheckpointStore:
         ((fenced,),) = yield Query(sql.PUT_WRITES, params, prepare=None)
         if fenced:
             raise ThreadBusyError(thread_id)
+        if self.hot is not None:
+            slots = [
+                (
+                    write_field(task_id, idx),
+                    pack_write(task_id, idx, task_path, channel, *stored_value[:4]),
+                    idx < 0,  # special channels: the last write wins, as in Postgres
+                )
+                for (idx, (channel, _)), stored_value in zip(by_idx.items(), stored)
+            ]
+            yield self.hot.add_writes(thread_id, checkpoint_ns, checkpoint_id, slots)
 
     # ------------------------------------------------------------ maintenance
 
@@ -545,6 +620,7 @@ class CheckpointStore:
 
             queries.insert(0, Query(LOCK_STILL_EXPIRED, params, fetch=False))
         yield Transaction(tuple(queries))
+        yield from self._drop_heads(params["thread_ids"])
 
     def copy_thread(self, source_thread_id: str, target_thread_id: str) -> Operation[None]:
         """Copy every checkpoint, value, write and frozen history: the whole chain."""
@@ -552,6 +628,7 @@ class CheckpointStore:
         self.bases.forget_threads([params["target"]])
         self.seeds.forget_threads([params["target"]])
         yield Transaction(tuple(Query(q, params, fetch=False) for q in sql.COPY_THREAD))
+        yield from self._drop_heads([params["target"]])
 
     def prune(
         self, thread_ids: Sequence[str], strategy: str = "keep_latest", keep: int = 1
@@ -589,6 +666,7 @@ class CheckpointStore:
             Query(sql.COLLECT_UNREFERENCED_VALUES, {"thread_ids": thread_list}, fetch=False)
         )
         yield Transaction(tuple(queries))
+        yield from self._drop_heads(thread_list)
 
     def delete_for_runs(self, run_ids: Sequence[str]) -> Operation[None]:
         """Delete the runs' checkpoints and writes.
@@ -615,6 +693,12 @@ class CheckpointStore:
             )
         )
         yield Transaction(tuple(queries))
+        yield from self._drop_heads([row[0] for row in threads])
+
+    def _drop_heads(self, thread_ids: Sequence[str]) -> Operation[None]:
+        """After a commit that removed or replaced state: the heads go, whole."""
+        if self.hot is not None:
+            yield self.hot.drop(thread_ids)
 
     def _compact(self, kept: list[tuple]) -> Operation[list[Query]]:
         """Statements rewriting the kept checkpoints' delta rows as full rows.
@@ -756,15 +840,23 @@ class CheckpointStore:
         )
 
     def _remember_bases(
-        self, thread_id: str, checkpoint_ns: str, document: dict[str, Any], values: Materializer
+        self,
+        thread_id: str,
+        checkpoint_ns: str,
+        document: dict[str, Any],
+        values: Materializer,
+        skip: Mapping[str, str] = {},
     ) -> None:
         """After a read, the versions read become the bases of the next put.
 
         The graph resumes from what it read, so its next values usually extend
-        these. Each base is a second, private rebuild of the value.
+        these. Each base is a second, private rebuild of the value. Channels in
+        `skip` were copied from bases already (their rows were never fetched).
         """
         private: Materializer | None = None
         for channel, version in document["channel_versions"].items():
+            if channel in skip:
+                continue
             key = (thread_id, checkpoint_ns, channel, str(version))
             cached = self.bases.get(key[:3])
             if cached is not None and cached.version == key[3]:

@@ -16,7 +16,7 @@ from langgraph.checkpoint.conformance import checkpointer_test, validate
 from langgraph.checkpoint.conformance.report import ProgressCallbacks
 
 from langgraph_colosseum import AsyncColosseumSaver, ColosseumSaver
-from tests.conftest import truncate
+from tests.conftest import CACHE_MODES, cache_options, truncate
 
 ALL_CAPABILITIES = {
     "put",
@@ -66,16 +66,18 @@ class BlockingAsAsync(BaseCheckpointSaver):
         return self.inner.get_next_version(current, channel)
 
 
+@pytest.mark.parametrize("cache", CACHE_MODES)
 @pytest.mark.parametrize("driver", ["async", "sync"])
-async def test_conformance_all_capabilities(pg_url: str, driver: str) -> None:
-    @checkpointer_test(name=f"ColosseumSaver-{driver}")
+async def test_conformance_all_capabilities(pg_url: str, driver: str, cache: str) -> None:
+    @checkpointer_test(name=f"ColosseumSaver-{driver}-{cache}")
     async def factory():
         truncate(pg_url)
+        options = cache_options(cache)
         if driver == "async":
-            async with AsyncColosseumSaver.from_conn_string(pg_url, pool_size=4) as saver:
-                yield saver
+            async with AsyncColosseumSaver.from_conn_string(pg_url, pool_size=4, **options) as s:
+                yield s
         else:
-            with ColosseumSaver.from_conn_string(pg_url, pool_size=4) as saver:
+            with ColosseumSaver.from_conn_string(pg_url, pool_size=4, **options) as saver:
                 yield BlockingAsAsync(saver)
 
     report = await validate(factory, progress=ProgressCallbacks.verbose())

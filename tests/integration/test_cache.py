@@ -1,0 +1,474 @@
+"""The Redis hot head: never stale, never a failed run, on one server or a Cluster.
+
+"Truth" below is a saver on the same database with no cache: whatever it reads
+from Postgres is what every cached read must return. Workers are separate
+saver instances (each with its own in-process bases), sharing one Redis.
+"""
+
+from __future__ import annotations
+
+import logging
+import random
+import threading
+import time
+import uuid
+from collections.abc import Iterator
+from contextlib import ExitStack, contextmanager
+from datetime import timedelta
+from typing import Annotated, Any, TypedDict
+
+import psycopg
+import pytest
+import redis
+from langchain_core.messages import AIMessage, AnyMessage, HumanMessage
+from langgraph.graph import START, StateGraph
+from langgraph.graph.message import add_messages
+from langgraph.types import Command, Send, interrupt
+from psycopg_pool import ConnectionPool
+
+from langgraph_colosseum import AsyncColosseumSaver, ColosseumSaver
+from langgraph_colosseum._core.io import CacheCall, CacheDrop
+from tests.conftest import CACHE_PREFIX, truncate
+from tests.integration.redis_servers import RedisCluster, RedisServer
+
+
+class CountingCursor(psycopg.Cursor):
+    """Counts every statement sent to Postgres, pipelines included."""
+
+    statements = 0
+
+    def execute(self, *args: Any, **kwargs: Any) -> Any:
+        CountingCursor.statements += 1
+        return super().execute(*args, **kwargs)
+
+
+@pytest.fixture(scope="module")
+def cluster() -> Iterator[RedisCluster]:
+    nodes = RedisCluster().start()
+    yield nodes
+    nodes.stop()
+
+
+@pytest.fixture(params=["redis", "cluster"])
+def cache_client(request: pytest.FixtureRequest, pg_url: str) -> Iterator[Any]:
+    """A blocking client on the test Redis, or on a local 3-master Cluster."""
+    from tests.conftest import redis_url
+
+    truncate(pg_url)
+    if request.param == "cluster":
+        client = request.getfixturevalue("cluster").client()
+        client.flushall()  # the test's own cluster
+    else:
+        client = redis.Redis.from_url(redis_url())
+    yield client
+    client.close()
+
+
+@contextmanager
+def worker(pg_url: str, client: Any, **options: Any) -> Iterator[ColosseumSaver]:
+    """A saver with its own pool and in-process caches: one "worker"."""
+    prefix = options.pop("cache_prefix", None) or PREFIX
+    with ConnectionPool(
+        pg_url,
+        min_size=1,
+        max_size=4,
+        kwargs={"autocommit": True, "cursor_factory": CountingCursor},
+    ) as pool:
+        yield ColosseumSaver(pool, cache=client, cache_prefix=prefix, **options)
+
+
+@pytest.fixture
+def truth(pg_url: str) -> Iterator[ColosseumSaver]:
+    with ColosseumSaver.from_conn_string(pg_url, pool_size=2) as saver:
+        yield saver
+
+
+PREFIX = CACHE_PREFIX + "cache:"  # under the session prefix: `truncate` flushes it
+
+
+def thread(thread_id: str) -> dict:
+    return {"configurable": {"thread_id": thread_id}}
+
+
+# ------------------------------------------------------------------ graphs
+
+
+class Chat(TypedDict):
+    messages: Annotated[list[AnyMessage], add_messages]
+    turns: int
+
+
+def chat_graph(saver: Any) -> Any:
+    def agent(state: Chat) -> dict:
+        return {
+            "messages": [AIMessage(f"answer {state.get('turns', 0)}", id=str(uuid.uuid4()))],
+            "turns": state.get("turns", 0) + 1,
+        }
+
+    builder = StateGraph(Chat)
+    builder.add_node("agent", agent)
+    builder.add_edge(START, "agent")
+    return builder.compile(checkpointer=saver)
+
+
+def say(text: str) -> dict:
+    return {"messages": [HumanMessage(text, id=str(uuid.uuid4()))]}
+
+
+class Committee(TypedDict):
+    votes: Annotated[list[str], lambda a, b: a + b]
+
+
+def fanout_graph(saver: Any) -> Any:
+    """Three parallel voters; the third asks a human, so the others' writes pend."""
+
+    def vote(state: dict) -> dict:
+        name = state["name"]
+        if name == "human":
+            return {"votes": [interrupt("your vote?")]}
+        return {"votes": [name]}
+
+    builder = StateGraph(Committee)
+    builder.add_node("vote", vote)
+    builder.add_conditional_edges(
+        START, lambda _: [Send("vote", {"name": n}) for n in ("analyst", "risk", "human")]
+    )
+    return builder.compile(checkpointer=saver)
+
+
+def snapshot(graph: Any, config: dict) -> tuple:
+    """What a UI sees of a thread: values, next, config, parent, tasks, interrupts."""
+    state = graph.get_state(config)
+    tasks = [(t.name, t.path, t.error, t.interrupts, t.result) for t in state.tasks]
+    return (state.values, state.next, state.config, state.parent_config, tasks,
+            state.interrupts, state.metadata)  # fmt: skip
+
+
+def assert_fresh(saver: ColosseumSaver, truth: ColosseumSaver, thread_id: str) -> None:
+    """The cached read equals what Postgres holds, tuple by tuple."""
+    got, want = saver.get_tuple(thread(thread_id)), truth.get_tuple(thread(thread_id))
+    if want is None:
+        assert got is None
+        return
+    assert got is not None
+    assert got.config == want.config
+    assert got.parent_config == want.parent_config
+    assert got.checkpoint == want.checkpoint
+    assert got.metadata == want.metadata
+    assert got.pending_writes == want.pending_writes
+
+
+# ------------------------------------------------------------------ tests
+
+
+def test_a_hit_makes_no_postgres_round_trip(pg_url: str, cache_client: Any) -> None:
+    with worker(pg_url, cache_client) as saver:
+        graph = chat_graph(saver)
+        for i in range(5):
+            graph.invoke(say(f"q{i}"), thread("hit"))
+        before = CountingCursor.statements
+        for _ in range(3):
+            state = graph.get_state(thread("hit"))
+        assert CountingCursor.statements == before
+        assert state.values["turns"] == 5 and len(state.values["messages"]) == 10
+
+        # Another worker (no bases of its own) is served by Redis too.
+        with worker(pg_url, cache_client) as other:
+            before = CountingCursor.statements
+            assert chat_graph(other).get_state(thread("hit")).values == state.values
+            assert CountingCursor.statements == before
+
+
+def test_two_workers_interleaving_never_read_stale(
+    pg_url: str, cache_client: Any, truth: ColosseumSaver
+) -> None:
+    with worker(pg_url, cache_client) as a, worker(pg_url, cache_client) as b:
+        graphs = [chat_graph(a), chat_graph(b)]
+        reference = chat_graph(truth)
+        for turn in range(12):
+            writer, reader = graphs[turn % 2], graphs[(turn + 1) % 2]
+            writer.invoke(say(f"turn {turn}"), thread("ping-pong"))
+            assert snapshot(reader, thread("ping-pong")) == snapshot(reference, thread("ping-pong"))
+            assert snapshot(writer, thread("ping-pong")) == snapshot(reference, thread("ping-pong"))
+            if turn == 5:  # time travel on one worker: a fork the other must see
+                past = list(writer.get_state_history(thread("ping-pong")))[4]
+                writer.update_state(past.config, {"turns": 100})
+                assert snapshot(reader, thread("ping-pong")) == snapshot(
+                    reference, thread("ping-pong")
+                )
+
+
+def test_pending_writes_and_interrupts_are_current(
+    pg_url: str, cache_client: Any, truth: ColosseumSaver
+) -> None:
+    """Background puts (durability="async") let writes land before their checkpoint."""
+    with worker(pg_url, cache_client) as a, worker(pg_url, cache_client) as b:
+        reference = fanout_graph(truth)
+        for i in range(6):
+            config = thread(f"vote-{i}")
+            fanout_graph(a).invoke({"votes": []}, config, durability="async")
+            state = snapshot(fanout_graph(b), config)
+            assert state == snapshot(reference, config)
+            assert state[5] and state[5][0].value == "your vote?"
+            fanout_graph(b).invoke(Command(resume="yes"), config, durability="async")
+            assert snapshot(fanout_graph(a), config) == snapshot(reference, config)
+            assert sorted(snapshot(fanout_graph(a), config)[0]["votes"]) == [
+                "analyst",
+                "risk",
+                "yes",
+            ]
+
+
+@pytest.mark.parametrize("operation", ["delete_thread", "prune", "copy_thread", "delete_for_runs"])
+def test_maintenance_invalidates_the_head(
+    pg_url: str, cache_client: Any, truth: ColosseumSaver, operation: str
+) -> None:
+    with worker(pg_url, cache_client) as a, worker(pg_url, cache_client) as b:
+        graph = chat_graph(a)
+        runs = [uuid.uuid4() for _ in range(3)]
+        for i, run_id in enumerate(runs):
+            graph.invoke(say(f"q{i}"), {**thread("doomed"), "run_id": run_id})
+        graph.invoke(say("other"), thread("target"))
+        assert_fresh(a, truth, "doomed")  # both heads are hot now
+        assert_fresh(a, truth, "target")
+        last_run = str(runs[-1])
+        if operation == "delete_thread":
+            b.delete_thread("doomed")
+        elif operation == "prune":
+            chat_graph(b).update_state(thread("doomed"), {"turns": -1})  # a head to keep
+            b.prune(["doomed"])
+        elif operation == "copy_thread":
+            b.copy_thread("doomed", "target")
+        else:
+            b.delete_for_runs([last_run])
+        for thread_id in ("doomed", "target"):
+            assert_fresh(a, truth, thread_id)
+            assert_fresh(b, truth, thread_id)
+        if operation == "delete_thread":
+            assert a.get_tuple(thread("doomed")) is None
+
+
+def run_together(*functions: Any) -> list[BaseException]:
+    """Start `functions` in threads at the same instant; the exceptions they raised."""
+    start = threading.Barrier(len(functions))
+    errors: list[BaseException] = []
+
+    def run(function: Any) -> None:
+        start.wait()
+        try:
+            function()
+        except BaseException as exc:
+            errors.append(exc)
+
+    runners = [threading.Thread(target=run, args=(f,)) for f in functions]
+    for runner in runners:
+        runner.start()
+    for runner in runners:
+        runner.join()
+    return errors
+
+
+def test_a_racing_writer_cannot_resurrect_deleted_state(
+    pg_url: str, cache_client: Any, truth: ColosseumSaver
+) -> None:
+    with worker(pg_url, cache_client) as a, worker(pg_url, cache_client) as b:
+        graph, other = chat_graph(a), chat_graph(b)
+        for trial in range(25):
+            config = thread(f"race-{trial}")
+            graph.invoke(say("first"), config)
+            pause = random.random() * 0.004
+            errors = run_together(
+                lambda c=config: graph.invoke(say("second"), c),
+                lambda c=config, p=pause: (
+                    time.sleep(p),
+                    b.delete_thread(c["configurable"]["thread_id"]),
+                ),
+                lambda c=config: [other.get_state(c) for _ in range(5)],
+            )
+            assert not errors, errors
+            assert_fresh(a, truth, f"race-{trial}")
+            assert_fresh(b, truth, f"race-{trial}")
+
+
+def test_idle_heads_expire_and_postgres_still_answers(pg_url: str, truth: ColosseumSaver) -> None:
+    from tests.conftest import redis_url
+
+    client = redis.Redis.from_url(redis_url())
+    with worker(pg_url, client, hot_ttl=timedelta(milliseconds=400)) as saver:
+        graph = chat_graph(saver)
+        graph.invoke(say("hello"), thread("idle"))
+        key = f"{PREFIX}{{idle}}"
+        assert client.exists(key)
+        assert 0 < client.pttl(key) <= 400
+        time.sleep(1.0)
+        assert not client.exists(key)
+        assert_fresh(saver, truth, "idle")
+        assert graph.get_state(thread("idle")).values["turns"] == 1
+        assert client.exists(key)  # the read refilled it
+    client.close()
+
+
+def test_one_key_per_hot_thread_and_no_garbage(pg_url: str, cache_client: Any) -> None:
+    """Bounded memory: each thread is one hash holding only what its head needs."""
+    with worker(pg_url, cache_client, cache_prefix=PREFIX + "bounded:") as saver:
+        graph = chat_graph(saver)
+        for t in range(3):
+            for i in range(30):
+                graph.invoke(say(f"q{i}"), thread(f"hot-{t}"))
+        keys = sorted(cache_client.scan_iter(match=f"{PREFIX}bounded:*", count=1000))
+        assert keys == [f"{PREFIX}bounded:{{hot-{t}}}".encode() for t in range(3)]
+        fields = cache_client.hkeys(keys[0])
+        rows = [f for f in fields if f.startswith(b"\x00r\x00")]
+        # messages: one chain (30 turns, 2 appends each, below the snapshot
+        # interval) + turns + the start/branch channels: no row of a replaced
+        # version survives.
+        head = saver.get_tuple(thread("hot-0"))
+        chain_rows = [f for f in rows if f.startswith(b"\x00r\x00messages\x00")]
+        assert len(chain_rows) == 60
+        assert len(rows) - len(chain_rows) <= len(head.checkpoint["channel_versions"])
+
+
+def test_a_client_decoding_responses_is_refused(pg_url: str) -> None:
+    from tests.conftest import redis_url
+
+    with pytest.raises(ValueError, match="decode_responses"):
+        with worker(pg_url, redis.Redis.from_url(redis_url(), decode_responses=True)):
+            pass
+
+
+# ------------------------------------------------------------------ faults
+
+
+@pytest.fixture
+def private_redis() -> Iterator[RedisServer]:
+    server = RedisServer("--enable-debug-command", "yes").start()
+    yield server
+    server.stop()
+
+
+def wait_for_recovery(saver: ColosseumSaver, timeout: float = 40.0) -> None:
+    """Until the breaker lets requests through again (a read probes it)."""
+    deadline = time.monotonic() + timeout
+    while saver.cache.breaker.backoff:
+        assert time.monotonic() < deadline, "the cache never recovered"
+        saver.get_tuple(thread("probe"))
+        time.sleep(0.1)
+
+
+def test_redis_killed_mid_run_and_restarted(
+    pg_url: str, truth: ColosseumSaver, private_redis: RedisServer, caplog: pytest.LogCaptureFixture
+) -> None:
+    truncate(pg_url)
+    with ExitStack() as stack:
+        clients = [stack.enter_context(private_redis.client()) for _ in range(2)]
+        a = stack.enter_context(worker(pg_url, clients[0]))
+        b = stack.enter_context(worker(pg_url, clients[1]))
+        graph_a, graph_b = chat_graph(a), chat_graph(b)
+        turns = 0
+        with caplog.at_level(logging.WARNING, logger="langgraph_colosseum"):
+            for step in range(30):
+                if step == 10:
+                    private_redis.kill()
+                if step == 20:
+                    private_redis.start()
+                (graph_a if step % 2 else graph_b).invoke(say(f"s{step}"), thread("outage"))
+                turns += 1
+                assert_fresh(a, truth, "outage")
+                assert_fresh(b, truth, "outage")
+        outages = [r for r in caplog.records if "unavailable" in r.getMessage()]
+        assert len(outages) == 2  # one per worker, however many calls failed
+        wait_for_recovery(a)
+        wait_for_recovery(b)
+        for step in range(4):
+            (graph_a if step % 2 else graph_b).invoke(say(f"after {step}"), thread("outage"))
+            assert_fresh(a, truth, "outage")
+            assert_fresh(b, truth, "outage")
+        assert graph_a.get_state(thread("outage")).values["turns"] == turns + 4
+        before = CountingCursor.statements
+        graph_b.get_state(thread("outage"))
+        assert CountingCursor.statements == before, "the cache serves again"
+
+
+def test_a_worker_cut_off_from_redis_leaves_no_stale_head(
+    pg_url: str, truth: ColosseumSaver, private_redis: RedisServer
+) -> None:
+    """Redis stays up for B while A's requests fail: A's writes must not leave B a stale head."""
+    truncate(pg_url)
+    with ExitStack() as stack:
+        client_b = stack.enter_context(private_redis.client())
+        a = stack.enter_context(worker(pg_url, private_redis.client()))
+        b = stack.enter_context(worker(pg_url, client_b))
+        graph_a, graph_b = chat_graph(a), chat_graph(b)
+        graph_a.invoke(say("one"), thread("partition"))
+        assert_fresh(b, truth, "partition")  # B's head is hot
+        a.cache.client = redis.Redis(host="127.0.0.1", port=1)  # A loses Redis
+        graph_a.invoke(say("two"), thread("partition"))
+        a.cache.client = private_redis.client()  # ...and gets it back
+        a.cache.breaker.retry_at = 0.0
+        graph_a.get_state(thread("other"))  # A's first request drops what it missed
+        assert_fresh(b, truth, "partition")
+        assert graph_b.get_state(thread("partition")).values["turns"] == 2
+
+
+def test_flushed_evicting_and_slow_redis_serve_no_wrong_data(
+    pg_url: str, truth: ColosseumSaver
+) -> None:
+    truncate(pg_url)
+    server = RedisServer(
+        "--maxmemory", "2mb", "--maxmemory-policy", "allkeys-lru", "--enable-debug-command", "yes"
+    ).start()
+    try:
+        with worker(pg_url, server.client()) as a, worker(pg_url, server.client()) as b:
+            graphs = [chat_graph(a), chat_graph(b)]
+            rng = random.Random(7)
+            payload = "x" * 20_000  # 40 threads x ~0.2 MB each: far over maxmemory
+            for step in range(120):
+                thread_id = f"squeezed-{rng.randrange(40)}"
+                graphs[step % 2].invoke(
+                    {"messages": [HumanMessage(payload, id=str(uuid.uuid4()))]}, thread(thread_id)
+                )
+                if step == 40:
+                    server.client().flushall()
+                if step == 80:
+                    # Redis stalls for a second: calls time out, the breaker opens.
+                    threading.Thread(
+                        target=lambda: server.client().execute_command("DEBUG", "SLEEP", "1.2")
+                    ).start()
+                    time.sleep(0.05)
+                reader = (a, b)[rng.randrange(2)]
+                assert_fresh(reader, truth, thread_id)
+            info = server.client().info("stats")
+            assert info["evicted_keys"] > 0, "the test must actually evict"
+    finally:
+        server.stop()
+
+
+# ------------------------------------------------------------------ async
+
+
+async def test_async_saver_on_the_cluster(
+    pg_url: str, cluster: RedisCluster, truth: ColosseumSaver
+) -> None:
+    truncate(pg_url)
+    client = cluster.async_client()
+    async with AsyncColosseumSaver.from_conn_string(pg_url) as plain:
+        saver = AsyncColosseumSaver(plain.conn, cache=client, cache_prefix=PREFIX)
+        graph = chat_graph(saver)
+        for i in range(5):
+            await graph.ainvoke(say(f"q{i}"), thread(f"async-{i % 2}"))
+        counted: list[object] = []
+        original = saver._perform
+
+        async def counting(request: Any) -> Any:
+            counted.append(request)
+            return await original(request)
+
+        saver._perform = counting  # type: ignore[method-assign]
+        state = await graph.aget_state(thread("async-0"))
+        assert state.values["turns"] == 3
+        assert all(isinstance(r, (CacheCall, CacheDrop)) for r in counted)
+        assert_fresh_tuple = truth.get_tuple(thread("async-0"))
+        assert (await saver.aget_tuple(thread("async-0"))).checkpoint == (
+            assert_fresh_tuple.checkpoint
+        )
+    await client.aclose()
