@@ -54,6 +54,7 @@ from pathlib import Path
 from typing import Annotated, Any, TypedDict
 
 import psycopg
+import redis
 from langchain_core.messages import AIMessage, AnyMessage, HumanMessage
 from langgraph.channels.delta import DeltaChannel
 from langgraph.checkpoint.base import empty_checkpoint
@@ -89,8 +90,13 @@ AMEMORY, ASQLITE, AREF, AOURS = (
     "AsyncPostgresSaver",
     "AsyncColosseumSaver",
 )
-SYNC_SAVERS = (MEMORY, SQLITE, REF, OURS)
-ASYNC_SAVERS = (AMEMORY, ASQLITE, AREF, AOURS)
+# Ours again, with the Redis hot head in front of Postgres.
+OURS_HOT, AOURS_HOT = "ColosseumSaver+Redis", "AsyncColosseumSaver+Redis"
+SYNC_SAVERS = (MEMORY, SQLITE, REF, OURS, OURS_HOT)
+ASYNC_SAVERS = (AMEMORY, ASQLITE, AREF, AOURS, AOURS_HOT)
+REDIS_URL = os.environ.get("COLOSSEUM_BENCH_REDIS_URL", "redis://127.0.0.1:6379/0")
+# This run's keys: cleared per cell, so the bytes per hot thread are the cell's own.
+CACHE_PREFIX = f"colosseum-bench-{uuid.uuid4().hex[:8]}:"
 
 REF_TABLES = ("checkpoints", "checkpoint_blobs", "checkpoint_writes")
 REF_MIGRATIONS_TABLE = "checkpoint_migrations"
@@ -191,6 +197,24 @@ class Bench:
             ).fetchone()
         return int(row[0] or 0)
 
+    def clear_cache(self) -> None:
+        client = redis.Redis.from_url(REDIS_URL)
+        for key in client.scan_iter(match=CACHE_PREFIX + "*", count=1000):
+            client.delete(key)
+        client.close()
+
+    def hot_bytes_per_thread(self) -> float | None:
+        """Redis memory per hot thread: MEMORY USAGE of each thread's one hash."""
+        client = redis.Redis.from_url(REDIS_URL)
+        try:
+            sizes = [
+                client.memory_usage(key, samples=0)
+                for key in client.scan_iter(match=CACHE_PREFIX + "*", count=1000)
+            ]
+        finally:
+            client.close()
+        return statistics.mean(sizes) if sizes else None
+
     def sqlite_path(self) -> str:
         return os.path.join(self.tmpdir.name, f"{uuid.uuid4().hex[:8]}.sqlite")
 
@@ -215,9 +239,11 @@ def sync_saver(bench: Bench, name: str) -> Iterator[tuple[Any, Callable[[], int 
         with PostgresSaver.from_conn_string(bench.url) as saver:
             saver.setup()
             yield saver, lambda: bench.table_bytes(REF)
-    elif name == OURS:
+    elif name in (OURS, OURS_HOT):
         bench.truncate(OURS)
-        with ColosseumSaver.from_conn_string(bench.url) as saver:
+        bench.clear_cache()
+        cache = {"redis_url": REDIS_URL, "cache_prefix": CACHE_PREFIX} if name == OURS_HOT else {}
+        with ColosseumSaver.from_conn_string(bench.url, **cache) as saver:
             saver.setup()
             yield saver, lambda: bench.table_bytes(OURS)
     else:  # pragma: no cover
@@ -244,9 +270,13 @@ async def async_saver(bench: Bench, name: str, pool_size: int):
             saver = AsyncPostgresSaver(pool)
             await saver.setup()
             yield saver
-    elif name == AOURS:
+    elif name in (AOURS, AOURS_HOT):
         bench.truncate(OURS)
-        async with AsyncColosseumSaver.from_conn_string(bench.url, pool_size=pool_size) as saver:
+        bench.clear_cache()
+        cache = {"redis_url": REDIS_URL, "cache_prefix": CACHE_PREFIX} if name == AOURS_HOT else {}
+        async with AsyncColosseumSaver.from_conn_string(
+            bench.url, pool_size=pool_size, **cache
+        ) as saver:
             await saver.setup()
             yield saver
     else:  # pragma: no cover
@@ -382,6 +412,8 @@ def run_chat(bench: Bench, p: dict, delta: bool, savers: tuple[str, ...]) -> dic
         gc.collect()
         with sync_saver(bench, name) as (saver, bytes_fn):
             results[name] = run_chat_cell(saver, bytes_fn, p, delta)
+            if name == OURS_HOT:
+                results[name]["hot_bytes_per_thread"] = bench.hot_bytes_per_thread()
         log(f"    total {results[name]['total_s']:.2f}s, history {results[name]['history_s']:.2f}s")
     return results
 
@@ -433,7 +465,7 @@ async def run_conc_cell(bench: Bench, name: str, p: dict) -> dict:
     return {
         "threads": threads,
         "turns_per_thread": turns,
-        "pool_size": pool if name in (AREF, AOURS) else None,
+        "pool_size": pool if name in (AREF, AOURS, AOURS_HOT) else None,
         "rounds": p["conc_rounds"],
         "invokes_per_s": statistics.median(rounds),
         "invokes_per_s_rounds": rounds,
@@ -619,6 +651,7 @@ CHAT_FIGURES = [
     ("get_state_s", "get_state (median)", "s"),
     ("history_s", "full get_state_history", "s"),
     ("checkpoints", "checkpoints in history", "n"),
+    ("hot_bytes_per_thread", "Redis bytes per hot thread", "bytes"),
 ]
 CONC_FIGURES = [
     ("invokes_per_s", "invokes/s (median of rounds)", "rate"),
@@ -711,6 +744,20 @@ def compute_targets(results: dict, p: dict) -> list[dict]:
         3.0,
         "invokes/s, AsyncColosseumSaver / AsyncPostgresSaver",
     )
+    add(
+        "chat-200 get_state, Redis head",
+        cell_ratio("chat-200", "get_state_s", OURS_HOT, REF),
+        "<=",
+        0.3,
+        "ColosseumSaver+Redis / PostgresSaver",
+    )
+    add(
+        "conc-32 no slower with the cache",
+        cell_ratio("conc-32", "invokes_per_s", AOURS_HOT, AOURS),
+        ">=",
+        1.0,
+        "invokes/s, AsyncColosseumSaver+Redis / AsyncColosseumSaver",
+    )
     long = results.get("long-20k", {}).get(OURS)
     if long:
         checks = flatness(long, p["long_sizes"])
@@ -787,9 +834,12 @@ def workload_tables(results: dict, p: dict) -> list[str]:
         rows = []
         for key, label, kind in CHAT_FIGURES:
             row = [label] + [fmt(w[n].get(key), kind) for n in names]
-            row.append(fmt_ratio(ratio(w.get(OURS, {}).get(key), w.get(REF, {}).get(key))))
+            for ours in (OURS, OURS_HOT):
+                row.append(fmt_ratio(ratio(w.get(ours, {}).get(key), w.get(REF, {}).get(key))))
             rows.append(row)
-        out += md_table(["figure", *names, "ours / PostgresSaver"], rows)
+        out += md_table(
+            ["figure", *names, "ours / PostgresSaver", "ours+Redis / PostgresSaver"], rows
+        )
         errors = [f"{n}: {w[n]['error']}" for n in names if "error" in w[n]]
         out += [""] + [f"**check failed** {e}" for e in errors] + ([""] if errors else [])
     w = results.get("conc-32")
@@ -805,9 +855,12 @@ def workload_tables(results: dict, p: dict) -> list[str]:
             row = [label] + [
                 "skipped" if "skipped" in w[n] else fmt(w[n].get(key), kind) for n in names
             ]
-            row.append(fmt_ratio(ratio(w.get(AOURS, {}).get(key), w.get(AREF, {}).get(key))))
+            for ours in (AOURS, AOURS_HOT):
+                row.append(fmt_ratio(ratio(w.get(ours, {}).get(key), w.get(AREF, {}).get(key))))
             rows.append(row)
-        out += md_table(["figure", *names, "ours / AsyncPostgresSaver"], rows)
+        out += md_table(
+            ["figure", *names, "ours / AsyncPostgresSaver", "ours+Redis / AsyncPostgresSaver"], rows
+        )
         out += [""]
         for n in names:
             if "skipped" in w[n]:
@@ -1143,7 +1196,8 @@ def main(argv: list[str] | None = None) -> int:
             elif workload == "conc-32":
                 results[workload] = run_conc(bench, p, ASYNC_SAVERS)
             elif workload == "long-20k":
-                results[workload] = run_long(bench, p, SYNC_SAVERS)
+                # Direct puts and reads of one long thread: the cache is not the subject.
+                results[workload] = run_long(bench, p, (MEMORY, SQLITE, REF, OURS))
             elif workload == "search-100k":
                 results[workload] = run_search(bench, p)
             log(f"  ({time.perf_counter() - t0:.0f} s)")

@@ -267,27 +267,40 @@ def fresh_copy(value: Any) -> Any:
     immutable leaves (str, numbers, bytes, datetimes...) are shared.
 
     Several times cheaper than decoding the value again, which is the point:
-    `ValueMemo` hands every caller its own objects.
+    `ValueMemo` and the hot head hand every caller its own objects. Leaves and
+    empty containers are handled inline, not by a call each: a message list is
+    mostly those.
     """
     t = type(value)
     if t in _IMMUTABLE:
         return value
     if t is list:
-        return [fresh_copy(item) for item in value]
+        return [v if type(v) in _IMMUTABLE else _copy_item(v) for v in value]
     if t is dict:
-        return {key: fresh_copy(item) for key, item in value.items()}
+        return {k: v if type(v) in _IMMUTABLE else _copy_item(v) for k, v in value.items()}
     if t is tuple:
         return tuple(fresh_copy(item) for item in value)
     if isinstance(value, tuple) and hasattr(t, "_fields"):  # NamedTuple, e.g. _DeltaSnapshot
         return t(*(fresh_copy(item) for item in value))
     if _Model is not None and isinstance(value, _Model) and not t.__private_attributes__:
         copy = t.__new__(t)
-        object.__setattr__(copy, "__dict__", fresh_copy(value.__dict__))
+        fields = {
+            k: v if type(v) in _IMMUTABLE else _copy_item(v) for k, v in value.__dict__.items()
+        }
+        extra = value.__pydantic_extra__
+        object.__setattr__(copy, "__dict__", fields)
         object.__setattr__(copy, "__pydantic_fields_set__", set(value.__pydantic_fields_set__))
-        object.__setattr__(copy, "__pydantic_extra__", fresh_copy(value.__pydantic_extra__))
+        object.__setattr__(copy, "__pydantic_extra__", None if extra is None else fresh_copy(extra))
         object.__setattr__(copy, "__pydantic_private__", None)
         return copy
     return deepcopy(value)
+
+
+def _copy_item(v: Any) -> Any:
+    t = type(v)
+    if not v and (t is dict or t is list):
+        return t()
+    return fresh_copy(v)
 
 
 class ValueMemo:
