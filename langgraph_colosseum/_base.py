@@ -32,29 +32,9 @@ from langgraph_colosseum._core.shapes import DEFAULT_SNAPSHOT_EVERY
 from langgraph_colosseum._core.store import DEFAULT_PAGE_SIZE, CheckpointStore, next_version
 from langgraph_colosseum._core.threads import Retention
 from langgraph_colosseum._core.values import ValueCodec
-from langgraph_colosseum.embedded import (
-    configured_database_url,
-    configured_redis_url,
-    embedded_postgres_url,
-    redis_url,
-)
 from langgraph_colosseum.threads import DEFAULT_LEASE, OnBusy
 
 T = TypeVar("T")
-
-
-def servers_from_env() -> tuple[str, str | None]:
-    """(database URL, Redis URL or None) as `from_env` uses them.
-
-    A URL that is set is used, and then nothing embedded starts for that
-    server; with no database URL at all, the embedded PostgreSQL starts, and
-    the embedded Valkey too unless a Redis URL is set.
-    """
-    database = configured_database_url()
-    if database is not None:
-        return database, configured_redis_url()
-    return embedded_postgres_url(), redis_url()
-
 
 if TYPE_CHECKING:
     from langgraph_colosseum.threads import AsyncThreads, Threads
@@ -127,6 +107,7 @@ class ColosseumSaverBase(BaseCheckpointSaver[str], abc.ABC):
         self.types.register(cls)
         if self._strict_default_serde:
             self._use_serde(JsonPlusSerializer(allowed_msgpack_modules=self._msgpack_allowlist()))
+        self._store.forget_decoded()  # values decoded before now hold plain fields
         return cls
 
     def with_allowlist(self, extra_allowlist: Collection[tuple[str, ...]]) -> ColosseumSaverBase:

@@ -12,7 +12,7 @@ import psycopg
 from langgraph.checkpoint.serde.base import SerializerProtocol
 from psycopg_pool import AsyncConnectionPool
 
-from langgraph_colosseum._base import ColosseumSaverBase, servers_from_env
+from langgraph_colosseum._base import ColosseumSaverBase
 from langgraph_colosseum._core import io
 from langgraph_colosseum._core import threads as threads_ops
 from langgraph_colosseum._core.hot import DEFAULT_HOT_TTL, KEY_PREFIX
@@ -30,6 +30,7 @@ from langgraph_colosseum._driver import (
     logger,
 )
 from langgraph_colosseum.cache import AsyncRedisCache, async_client_from_url
+from langgraph_colosseum.embedded import servers
 from langgraph_colosseum.saver import DEFAULT_POOL_SIZE
 from langgraph_colosseum.threads import AsyncThreads
 
@@ -120,7 +121,7 @@ class AsyncColosseumSaver(ColosseumSaverBase):
     ) -> AsyncIterator[AsyncColosseumSaver]:
         """A saver on the configured servers, else the embedded ones (see `ColosseumSaver`)."""
         # May start the embedded servers, which blocks.
-        database, redis_url = await asyncio.to_thread(servers_from_env)
+        database, redis_url = await asyncio.to_thread(servers)
         async with cls.from_conn_string(
             database, pool_size=pool_size, serde=serde, redis_url=redis_url, **options
         ) as saver:

@@ -14,7 +14,7 @@ import psycopg
 from langgraph.checkpoint.serde.base import SerializerProtocol
 from psycopg_pool import ConnectionPool
 
-from langgraph_colosseum._base import ColosseumSaverBase, servers_from_env
+from langgraph_colosseum._base import ColosseumSaverBase
 from langgraph_colosseum._core import io
 from langgraph_colosseum._core import threads as threads_ops
 from langgraph_colosseum._core.hot import DEFAULT_HOT_TTL, KEY_PREFIX
@@ -32,6 +32,7 @@ from langgraph_colosseum._driver import (
     perform,
 )
 from langgraph_colosseum.cache import RedisCache, client_from_url
+from langgraph_colosseum.embedded import servers
 from langgraph_colosseum.threads import Threads
 
 T = TypeVar("T")
@@ -132,7 +133,7 @@ class ColosseumSaver(ColosseumSaverBase):
             >>> with ColosseumSaver.from_env() as saver:
             ...     saver.setup()
         """
-        database, redis_url = servers_from_env()
+        database, redis_url = servers()
         with cls.from_conn_string(
             database, pool_size=pool_size, serde=serde, redis_url=redis_url, **options
         ) as saver:

@@ -34,7 +34,8 @@ _CHECKPOINT_COLUMNS = """
 
 # A checkpoint, its pending writes, and every value row needed to rebuild the
 # channel versions it names (each version and its chain of bases back to a
-# full row): one row, one round trip.
+# full row): one row, one round trip. Versions the caller already holds
+# decoded (`known`, a jsonb object channel -> version) are left out.
 _TUPLE_FROM = f"""
 FROM colosseum_checkpoints c
 {_WRITES}
@@ -49,6 +50,7 @@ LEFT JOIN LATERAL (
               AND v.channel = ver.channel AND v.version = ver.version
             LIMIT 1
         ) AS v
+        WHERE %(known)s::jsonb ->> ver.channel IS DISTINCT FROM ver.version
       UNION ALL
         SELECT b.* FROM chain
         CROSS JOIN LATERAL (

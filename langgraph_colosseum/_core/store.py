@@ -126,10 +126,18 @@ class CheckpointStore:
         self.hot: HotHead | None = None  # the Redis hot head, when a cache is configured
 
     def with_codec(self, codec: ValueCodec) -> CheckpointStore:
-        """The same store (and base cache) reading and writing through `codec`."""
+        """The same store reading and writing through `codec`, with caches of its own:
+        a decoded value depends on the codec that decoded it."""
         clone = copy.copy(self)
         clone.codec = codec
+        clone.bases = BaseCache(self.bases.max_bytes)
+        clone.seeds = ValueMemo(self.seeds.max_bytes)
         return clone
+
+    def forget_decoded(self) -> None:
+        """Drop every decoded value held: the codec now revives other classes."""
+        self.bases = BaseCache(self.bases.max_bytes)
+        self.seeds = ValueMemo(self.seeds.max_bytes)
 
     # ------------------------------------------------------------ schema
 
@@ -162,7 +170,16 @@ class CheckpointStore:
             hit, found, seq = yield from self._hot_read(thread_id, checkpoint_ns, checkpoint_id)
             if hit:
                 return found
-        params = {"thread_id": thread_id, "checkpoint_ns": checkpoint_ns, "ttl": self.thread_ttl}
+        # Values this process holds decoded (its bases) are copied, not fetched;
+        # except for a refill of the hot head, which must carry every row.
+        bases = self.bases.of_namespace(thread_id, checkpoint_ns) if seq is None else {}
+        known = {channel: base.version for channel, base in bases.items()}
+        params = {
+            "thread_id": thread_id,
+            "checkpoint_ns": checkpoint_ns,
+            "ttl": self.thread_ttl,
+            "known": orjson.dumps(known).decode(),
+        }
         # With a retention policy, reading a thread also pushes its expiry back.
         touch = sql.TOUCH_THREAD if self.thread_ttl is not None else ""
         if checkpoint_id:
@@ -175,9 +192,9 @@ class CheckpointStore:
         value_rows = parse_value_rows(row[0], row[1], row[_CHECKPOINT_WIDTH:]) if row else []
         result = None
         if row is not None:
-            values = Materializer(self.codec)
-            values.add(value_rows)
             document = self._load_document(row)
+            values = self._materializer(thread_id, checkpoint_ns, document, bases)
+            values.add(value_rows)
             result = self._checkpoint_tuple(row, document, values)
             self._remember_bases(row[0], row[1], document, values)
         # Only what read back cleanly goes to Redis: a corrupt row stays a miss.
@@ -206,15 +223,31 @@ class CheckpointStore:
         if not head.row:
             return True, None, None  # the namespace has no checkpoint
         document = self._load_document(head.row)
-        values = Materializer(self.codec)
-        for channel, version in document["channel_versions"].items():
-            if known.get(channel) == str(version):
-                key = (thread_id, checkpoint_ns, channel, str(version))
-                values.values[key] = fresh_copy(bases[channel].value)
+        values = self._materializer(thread_id, checkpoint_ns, document, bases)
         values.add(head.value_rows)
         result = self._checkpoint_tuple(head.row, document, values)
-        self._remember_bases(thread_id, checkpoint_ns, document, values, skip=known)
+        self._remember_bases(thread_id, checkpoint_ns, document, values)
         return True, result, None
+
+    def _materializer(
+        self,
+        thread_id: str,
+        checkpoint_ns: str,
+        document: dict[str, Any],
+        bases: Mapping[str, shapes.Base],
+    ) -> Materializer:
+        """A Materializer holding copies of the bases at the versions `document` names.
+
+        The read left those rows out (they were `known`); a base at another
+        version was not left out, and is not used.
+        """
+        values = Materializer(self.codec)
+        for channel, version in document["channel_versions"].items():
+            base = bases.get(channel)
+            if base is not None and base.version == str(version):
+                key = (thread_id, checkpoint_ns, channel, base.version)
+                values.values[key] = fresh_copy(base.value)
+        return values
 
     def list(
         self,
@@ -845,19 +878,18 @@ class CheckpointStore:
         checkpoint_ns: str,
         document: dict[str, Any],
         values: Materializer,
-        skip: Mapping[str, str] = {},
     ) -> None:
         """After a read, the versions read become the bases of the next put.
 
         The graph resumes from what it read, so its next values usually extend
-        these. Each base is a second, private rebuild of the value. Channels in
-        `skip` were copied from bases already (their rows were never fetched).
+        these. Each base is a second, private rebuild of the value, from the
+        rows; a value copied from a base (no row was fetched) is one already.
         """
         private: Materializer | None = None
         for channel, version in document["channel_versions"].items():
-            if channel in skip:
-                continue
             key = (thread_id, checkpoint_ns, channel, str(version))
+            if key not in values.rows:
+                continue
             cached = self.bases.get(key[:3])
             if cached is not None and cached.version == key[3]:
                 continue
