@@ -9,6 +9,18 @@ unescaped, which costs three times the jsonb parse itself.
 
 from __future__ import annotations
 
+
+def compact(statement: str) -> str:
+    """The statement without comments and indentation.
+
+    psycopg caches the parsing of a statement only up to 4 KB
+    (MAX_CACHED_STATEMENT_LENGTH); above that it reparses it on every call.
+    The comments and layout here are for readers, not for the wire.
+    """
+    lines = (" ".join(line.split("--", 1)[0].split()) for line in statement.splitlines())
+    return "\n".join(line for line in lines if line)
+
+
 # A channel value row, as `values.ValueRow` reads it.
 _VALUE_COLUMNS = """
     v.channel, v.version, v.base_version, v.encoding, v.value::text, v.value_bytes, v.value_type
@@ -164,7 +176,7 @@ CROSS JOIN LATERAL (
 # needs its base: the base rows are locked (FOR KEY SHARE, so a concurrent
 # prune skips them) and if any is gone (pruned after this process cached it),
 # nothing is written and `missing_bases` tells the caller to retry full.
-PUT = """
+PUT = compact("""
 WITH input AS (
     SELECT * FROM unnest(%(channels)b::text[], %(versions)b::text[], %(encodings)b::text[],
                          %(jsons)b::text[], %(datas)b::bytea[], %(types)b::text[],
@@ -253,7 +265,7 @@ SELECT ARRAY(SELECT channel FROM missing) AS missing_bases,
        ARRAY(SELECT w.idx || ':' || w.task_id FROM colosseum_writes w
              WHERE w.thread_id = %(thread_id)s AND w.checkpoint_ns = %(checkpoint_ns)s
                AND w.checkpoint_id = %(checkpoint_id)s) AS writes_before
-"""
+""")
 
 # Regular writes are insert-if-absent (a retried task must not change what
 # was recorded); special channels (negative idx: errors, interrupts, resumes)
@@ -518,7 +530,7 @@ WHERE thread_id = %(thread_id)s AND checkpoint_ns = %(checkpoint_ns)s
 # OFFSET 0): the planner cannot flatten those into joins, so each step is a
 # primary-key probe whatever the table statistics say. Flattened, a fresh or
 # stale table's "1 row" estimate made it scan the whole thread at every step.
-DELTA_HISTORY = """
+DELTA_HISTORY = compact("""
 WITH RECURSIVE chain(checkpoint_id, parent_checkpoint_id, versions, depth, entering, remaining) AS (
     SELECT t.checkpoint_id, t.parent_checkpoint_id, t.checkpoint -> 'channel_versions', 0,
            %(channels)b::text[],
@@ -617,4 +629,4 @@ CROSS JOIN LATERAL (
       AND h.channel = ANY(chain.entering) AND NOT h.channel = ANY(chain.remaining)
     OFFSET 0
 ) AS h
-"""
+""")
