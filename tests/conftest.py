@@ -25,6 +25,7 @@ import redis
 from psycopg import conninfo
 
 from langgraph_colosseum import AsyncColosseumSaver, ColosseumSaver
+from tests.integration.redis_servers import RedisCluster
 
 TRUNCATE = (
     "TRUNCATE colosseum_checkpoints, colosseum_channel_values, colosseum_writes, "
@@ -84,6 +85,14 @@ def cache_options(mode: str) -> dict:
     if mode == "postgres":
         return {}
     return {"redis_url": redis_url(), "cache_prefix": CACHE_PREFIX}
+
+
+@pytest.fixture(scope="session")
+def cluster() -> Iterator[RedisCluster]:
+    """A local 3-master Redis Cluster on loopback ports, for the whole session."""
+    nodes = RedisCluster().start()
+    yield nodes
+    nodes.stop()
 
 
 @pytest.fixture(scope="session")

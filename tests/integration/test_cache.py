@@ -42,13 +42,6 @@ class CountingCursor(psycopg.Cursor):
         return super().execute(*args, **kwargs)
 
 
-@pytest.fixture(scope="module")
-def cluster() -> Iterator[RedisCluster]:
-    nodes = RedisCluster().start()
-    yield nodes
-    nodes.stop()
-
-
 @pytest.fixture(params=["redis", "cluster"])
 def cache_client(request: pytest.FixtureRequest, pg_url: str) -> Iterator[Any]:
     """A blocking client on the test Redis, or on a local 3-master Cluster."""

@@ -2,7 +2,9 @@
 
 The suite drives the async API. It runs against AsyncColosseumSaver, and
 against the blocking ColosseumSaver through `BlockingAsAsync`, whose async
-methods call the blocking ones directly, so the sync driver answers all 81.
+methods call the blocking ones directly, so the sync driver answers all 81;
+each on Postgres alone, with the Redis hot head, and with it on a 3-master
+Redis Cluster.
 """
 
 from __future__ import annotations
@@ -11,13 +13,17 @@ from collections.abc import AsyncIterator
 from typing import Any
 
 import pytest
+import redis
+import redis.asyncio
 from langgraph.checkpoint.base import BaseCheckpointSaver
 from langgraph.checkpoint.conformance import checkpointer_test, validate
 from langgraph.checkpoint.conformance.report import ProgressCallbacks
+from psycopg_pool import AsyncConnectionPool, ConnectionPool
 
 from langgraph_colosseum import AsyncColosseumSaver, ColosseumSaver
-from tests.conftest import CACHE_MODES, cache_options, truncate
+from tests.conftest import CACHE_MODES, CACHE_PREFIX, redis_url, truncate
 
+AUTOCOMMIT = {"autocommit": True}
 ALL_CAPABILITIES = {
     "put",
     "put_writes",
@@ -66,19 +72,40 @@ class BlockingAsAsync(BaseCheckpointSaver):
         return self.inner.get_next_version(current, channel)
 
 
-@pytest.mark.parametrize("cache", CACHE_MODES)
+@pytest.mark.parametrize("cache", [*CACHE_MODES, "cluster"])
 @pytest.mark.parametrize("driver", ["async", "sync"])
-async def test_conformance_all_capabilities(pg_url: str, driver: str, cache: str) -> None:
+async def test_conformance_all_capabilities(
+    pg_url: str, driver: str, cache: str, request: pytest.FixtureRequest
+) -> None:
+    cluster = request.getfixturevalue("cluster") if cache == "cluster" else None
+
+    def cache_client() -> Any:
+        if cache == "postgres":
+            return None
+        if cluster is not None:
+            cluster.client().flushall()
+            return cluster.async_client() if driver == "async" else cluster.client()
+        client_class = redis.asyncio.Redis if driver == "async" else redis.Redis
+        return client_class.from_url(redis_url())
+
     @checkpointer_test(name=f"ColosseumSaver-{driver}-{cache}")
     async def factory():
         truncate(pg_url)
-        options = cache_options(cache)
-        if driver == "async":
-            async with AsyncColosseumSaver.from_conn_string(pg_url, pool_size=4, **options) as s:
-                yield s
-        else:
-            with ColosseumSaver.from_conn_string(pg_url, pool_size=4, **options) as saver:
-                yield BlockingAsAsync(saver)
+        client = cache_client()
+        try:
+            if driver == "async":
+                async with AsyncConnectionPool(pg_url, max_size=4, kwargs=AUTOCOMMIT) as pool:
+                    yield AsyncColosseumSaver(pool, cache=client, cache_prefix=CACHE_PREFIX)
+            else:
+                with ConnectionPool(pg_url, max_size=4, kwargs=AUTOCOMMIT) as pool:
+                    yield BlockingAsAsync(
+                        ColosseumSaver(pool, cache=client, cache_prefix=CACHE_PREFIX)
+                    )
+        finally:
+            if client is not None:
+                closed = client.aclose() if driver == "async" else client.close()
+                if closed is not None:
+                    await closed
 
     report = await validate(factory, progress=ProgressCallbacks.verbose())
     failures = {name: result.failures for name, result in report.results.items() if result.failures}
