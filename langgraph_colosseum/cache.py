@@ -36,7 +36,7 @@ MAX_BACKOFF = 30.0
 # A cache that answers slower than this is treated as down: Postgres is faster.
 SOCKET_TIMEOUT = 0.5
 # Threads remembered during an outage, to drop on recovery. The cap bounds this
-# process's memory; reaching it is logged, as its heads may then outlive writes.
+# process's memory; past it, each thread not remembered is logged as an error.
 MAX_REMEMBERED = 100_000
 
 
@@ -63,18 +63,29 @@ class Breaker:
         self.missed: set[str] = set()  # thread keys whose writes Redis did not get
         self._lock = threading.Lock()
 
-    def allows(self) -> bool:
-        if self.backoff == 0.0:
-            return True
+    def admit(self, request: CacheCall | CacheDrop) -> list[str] | None:
+        """The keys to delete before `request` runs (what an outage missed, then
+        the request's own if it is a drop), or None to skip Redis: it is open."""
+        if self.backoff and not self._probe():
+            self.remember(request)
+            return None
+        drops = list(request.keys) if isinstance(request, CacheDrop) else []
+        return self.take_missed() + drops if self.missed else drops
+
+    def _probe(self) -> bool:
         with self._lock:
             if time.monotonic() < self.retry_at:
                 return False
             self.retry_at = time.monotonic() + self.backoff  # one probe at a time
             return True
 
-    def failed(self, request: CacheCall | CacheDrop, exc: BaseException | None) -> None:
+    def failed(
+        self, request: CacheCall | CacheDrop, deletions: list[str], exc: BaseException
+    ) -> None:
+        """Open (or keep open) the breaker; what was not deleted is deleted on recovery."""
         self.remember(request)
         with self._lock:
+            self.missed.update(deletions)
             first = self.backoff == 0.0
             self.backoff = FIRST_BACKOFF if first else min(self.backoff * 2, MAX_BACKOFF)
             self.retry_at = time.monotonic() + self.backoff
@@ -94,14 +105,19 @@ class Breaker:
         with self._lock:
             if len(self.missed) < MAX_REMEMBERED:
                 self.missed.update(keys)
-            elif self.missed:
-                logger.warning("too many threads written during a Redis outage to track")
+                return
+        logger.error(
+            "over %d threads written during this Redis outage: thread %s may keep a stale "
+            "head in Redis until its TTL; flush this app's keys once Redis is back",
+            MAX_REMEMBERED,
+            keys[0],
+        )
 
     def recovered(self) -> None:
         if self.backoff:
             with self._lock:
                 self.backoff = 0.0
-            logger.warning("Redis hot cache is back")
+            logger.info("Redis hot cache is back")
 
     def take_missed(self) -> list[str]:
         with self._lock:
@@ -119,25 +135,21 @@ class RedisCache:
         self.breaker = Breaker()
 
     def perform(self, request: CacheCall | CacheDrop) -> Any:
-        breaker = self.breaker
-        if not breaker.allows():
-            breaker.remember(request)
+        deletions = self.breaker.admit(request)
+        if deletions is None:
             return CACHE_UNAVAILABLE
         try:
-            if breaker.missed:
-                for key in breaker.take_missed():
-                    self.client.delete(key)  # one key per call: Cluster-safe
-            if isinstance(request, CacheDrop):
-                for key in request.keys:
-                    self.client.delete(key)
-                result = None
-            else:
-                result = self.scripts[request.script](keys=[request.key], args=request.args)
+            for key in deletions:
+                self.client.delete(key)  # one key per call: Cluster-safe
+            result = None if isinstance(request, CacheDrop) else self._script(request)
         except (RedisError, OSError) as exc:
-            breaker.failed(request, exc)
+            self.breaker.failed(request, deletions, exc)
             return CACHE_UNAVAILABLE
-        breaker.recovered()
+        self.breaker.recovered()
         return result
+
+    def _script(self, call: CacheCall) -> Any:
+        return self.scripts[call.script](keys=[call.key], args=call.args)
 
 
 class AsyncRedisCache:
@@ -149,26 +161,23 @@ class AsyncRedisCache:
         self.scripts = {name: client.register_script(lua) for name, lua in SCRIPTS.items()}
         self.breaker = Breaker()
 
+    # The twin of RedisCache.perform; keep the two side by side.
     async def perform(self, request: CacheCall | CacheDrop) -> Any:
-        breaker = self.breaker
-        if not breaker.allows():
-            breaker.remember(request)
+        deletions = self.breaker.admit(request)
+        if deletions is None:
             return CACHE_UNAVAILABLE
         try:
-            if breaker.missed:
-                for key in breaker.take_missed():
-                    await self.client.delete(key)
-            if isinstance(request, CacheDrop):
-                for key in request.keys:
-                    await self.client.delete(key)
-                result = None
-            else:
-                result = await self.scripts[request.script](keys=[request.key], args=request.args)
+            for key in deletions:
+                await self.client.delete(key)
+            result = None if isinstance(request, CacheDrop) else await self._script(request)
         except (RedisError, OSError) as exc:
-            breaker.failed(request, exc)
+            self.breaker.failed(request, deletions, exc)
             return CACHE_UNAVAILABLE
-        breaker.recovered()
+        self.breaker.recovered()
         return result
+
+    async def _script(self, call: CacheCall) -> Any:
+        return await self.scripts[call.script](keys=[call.key], args=call.args)
 
 
 def _check_binary(client: Any) -> None:

@@ -36,7 +36,7 @@ Nothing here opens a socket: the store yields `CacheCall`s, the drivers run them
 
 from __future__ import annotations
 
-from collections.abc import Mapping, Sequence
+from collections.abc import Iterable, Mapping, Sequence
 from datetime import timedelta
 from typing import Any, NamedTuple
 
@@ -132,6 +132,25 @@ local function collect(versions)
     end
 end
 
+-- The start of a write's script: bump the counter (a refill noted before
+-- now will fail) and give the head's checkpoint id, or nil when there is no
+-- head to keep current (a hash is only ever created by a reader).
+local function begin_write()
+    if redis.call('EXISTS', key) == 0 then return nil end
+    redis.call('HINCRBY', key, 'seq', 1)
+    redis.call('PEXPIRE', key, ttl)
+    return redis.call('HGET', key, P .. 'id')
+end
+
+-- Writes Postgres holds that the head has not received yet; none: complete.
+local function await_slots(slots)
+    if #slots > 0 then
+        redis.call('HSET', key, P .. 'x', cmsgpack.pack(slots))
+    else
+        redis.call('HDEL', key, P .. 'x')
+    end
+end
+
 local function clock_seq()
     local t = redis.call('TIME')
     return t[1] .. string.format('%06d', tonumber(t[2])) .. '000'
@@ -202,10 +221,7 @@ return 1
 ADVANCE = (
     _COMMON
     + r"""
-if redis.call('EXISTS', key) == 0 then return 0 end
-redis.call('HINCRBY', key, 'seq', 1)
-redis.call('PEXPIRE', key, ttl)
-local current = redis.call('HGET', key, P .. 'id')
+local current = begin_write()
 if not current then return 0 end
 local id = ARGV[3]
 if id < current then return 0 end  -- a slower worker: the head is already newer
@@ -269,11 +285,7 @@ else
 end
 redis.call('HSET', key, P .. 'id', id, P .. 'h', ARGV[4], P .. 'cv', ARGV[5],
            P .. 'w', cmsgpack.pack(writes))
-if #awaited > 0 then
-    redis.call('HSET', key, P .. 'x', cmsgpack.pack(awaited))
-else
-    redis.call('HDEL', key, P .. 'x')
-end
+await_slots(awaited)
 collect(versions)
 return 1
 """
@@ -285,10 +297,7 @@ return 1
 ADD_WRITES = (
     _COMMON
     + r"""
-if redis.call('EXISTS', key) == 0 then return 0 end
-redis.call('HINCRBY', key, 'seq', 1)
-redis.call('PEXPIRE', key, ttl)
-local current = redis.call('HGET', key, P .. 'id')
+local current = begin_write()
 if not current then return 0 end
 local id = ARGV[3]
 local function merge(writes)
@@ -307,11 +316,7 @@ if id == current then
         for _, slot in ipairs(cmsgpack.unpack(awaited)) do
             if not writes[slot] then still[#still + 1] = slot end
         end
-        if #still > 0 then
-            redis.call('HSET', key, P .. 'x', cmsgpack.pack(still))
-        else
-            redis.call('HDEL', key, P .. 'x')
-        end
+        await_slots(still)
     end
     return 1
 end
@@ -405,16 +410,22 @@ class HotHead:
             write_field(task_ids[i], idxs[i]): pack_write(*(column[i] for column in write_columns))
             for i in range(len(task_ids or ()))
         }
+        rows = (
+            (
+                *row.key[2:],
+                row.base_version,
+                row.encoding,
+                _json_text(row.parsed),
+                row.data,
+                row.type,
+            )
+            for row in value_rows
+        )
         args = [
             self.ttl_ms, checkpoint_ns, seq, checkpoint_id,
-            pack([checkpoint_id, parent_id, document, metadata]),
-            flat_versions(_document_versions(document)), pack(writes),
+            _head(checkpoint_id, parent_id, document, metadata),
+            flat_versions(_document_versions(document)), pack(writes), *_row_args(rows),
         ]  # fmt: skip
-        for value_row in value_rows:
-            _, _, channel, version = value_row.key
-            json = orjson.dumps(value_row.parsed).decode() if value_row.parsed is not None else None
-            packed = pack_value(value_row.encoding, json, value_row.data, value_row.type)
-            args += (channel, version, value_row.base_version or "", packed)
         return CacheCall("refill", self.thread_key(thread_id), tuple(args))
 
     def advance(
@@ -431,12 +442,10 @@ class HotHead:
     ) -> CacheCall:
         args = [
             self.ttl_ms, checkpoint_ns, checkpoint_id,
-            pack([checkpoint_id, parent_id, document, metadata]),
+            _head(checkpoint_id, parent_id, document, metadata),
             flat_versions(channel_versions), pack(list(writes_before)),
+            *_row_args((ch, v, stored.base_version, *stored[:4]) for ch, v, stored in rows),
         ]  # fmt: skip
-        for channel, version, stored in rows:
-            packed = pack_value(stored.encoding, stored.json, stored.data, stored.type)
-            args += (channel, version, stored.base_version or "", packed)
         return CacheCall("advance", self.thread_key(thread_id), tuple(args))
 
     def add_writes(
@@ -476,6 +485,24 @@ class HotHead:
             for i in range(0, len(rows), 4)
         ]
         return seq, Head(row, value_rows), False
+
+
+def _head(checkpoint_id: str, parent_id: str | None, document: str, metadata: str) -> bytes:
+    """The head's checkpoint row, as GET_TUPLE's first columns give it."""
+    return pack([checkpoint_id, parent_id, document, metadata])
+
+
+def _row_args(rows: Iterable[tuple]) -> list[Any]:
+    """Script arguments for value rows given as (channel, version, base, encoding,
+    json, data, type): channel, version, base ("" for a full row), payload."""
+    args: list[Any] = []
+    for channel, version, base, *payload in rows:
+        args += (channel, version, base or "", pack_value(*payload))
+    return args
+
+
+def _json_text(parsed: Any) -> str | None:
+    return orjson.dumps(parsed).decode() if parsed is not None else None
 
 
 def _document_versions(document: str) -> dict[str, Any]:
