@@ -9,9 +9,17 @@ as "run this `CheckpointStore` operation". A driver supplies four primitives:
 from __future__ import annotations
 
 import abc
-from collections.abc import AsyncIterator, Collection, Iterable, Iterator, Mapping, Sequence
+from collections.abc import (
+    AsyncIterator,
+    Callable,
+    Collection,
+    Iterable,
+    Iterator,
+    Mapping,
+    Sequence,
+)
 from datetime import timedelta
-from typing import TYPE_CHECKING, Any, TypeVar
+from typing import TYPE_CHECKING, Any, Generic, TypeVar
 
 from langchain_core.runnables import RunnableConfig
 from langgraph.checkpoint.base import (
@@ -34,16 +42,18 @@ from langgraph_colosseum._core.threads import Retention
 from langgraph_colosseum._core.values import ValueCodec
 from langgraph_colosseum.threads import DEFAULT_LEASE, OnBusy
 
-T = TypeVar("T")
-
 if TYPE_CHECKING:
     from langgraph_colosseum.threads import AsyncThreads, Threads
 
+T = TypeVar("T")
+# The driver's thread registry API, so `saver.threads` is typed per driver.
+ThreadsT = TypeVar("ThreadsT", bound="Threads | AsyncThreads")
 
-class ColosseumSaverBase(BaseCheckpointSaver[str], abc.ABC):
+
+class ColosseumSaverBase(BaseCheckpointSaver[str], abc.ABC, Generic[ThreadsT]):
     """Shared body of `ColosseumSaver` and `AsyncColosseumSaver`."""
 
-    _threads_api: Any  # the Threads class of the driver (blocking or asyncio)
+    _threads_api: Callable[[Any], ThreadsT]  # the driver's Threads class
 
     def __init__(
         self,
@@ -224,7 +234,7 @@ class ColosseumSaverBase(BaseCheckpointSaver[str], abc.ABC):
         return await self._arun(self._store.delta_history(config, channels))
 
     @property
-    def threads(self) -> Threads | AsyncThreads:
+    def threads(self) -> ThreadsT:
         """The thread registry: get, search, update, delete, messages (audit trail)."""
         return self._threads_api(self)
 

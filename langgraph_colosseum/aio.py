@@ -37,7 +37,7 @@ from langgraph_colosseum.threads import AsyncThreads
 T = TypeVar("T")
 
 
-class AsyncColosseumSaver(ColosseumSaverBase):
+class AsyncColosseumSaver(ColosseumSaverBase[AsyncThreads]):
     """The asyncio twin of `ColosseumSaver`.
 
     Its blocking methods (`get_tuple`, `list`, `put`, ...) work from threads
@@ -184,6 +184,7 @@ class AsyncColosseumSaver(ColosseumSaverBase):
                 logger.warning("Postgres connection lost (%s); retrying on a fresh one", exc)
                 # The server may have restarted: drop every dead idle connection at
                 # once rather than meeting them one by one.
+                assert isinstance(self.conn, AsyncConnectionPool)  # `retry` said so
                 await self.conn.check()
 
     async def _arun(self, op: Operation[T]) -> T:

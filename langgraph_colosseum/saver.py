@@ -40,7 +40,7 @@ T = TypeVar("T")
 DEFAULT_POOL_SIZE = 10
 
 
-class ColosseumSaver(ColosseumSaverBase):
+class ColosseumSaver(ColosseumSaverBase[Threads]):
     """A LangGraph checkpointer on Postgres `jsonb`.
 
     Example:
@@ -198,6 +198,7 @@ class ColosseumSaver(ColosseumSaverBase):
                 logger.warning("Postgres connection lost (%s); retrying on a fresh one", exc)
                 # The server may have restarted: drop every dead idle connection at
                 # once rather than meeting them one by one.
+                assert isinstance(self.conn, ConnectionPool)  # `retry` said so
                 self.conn.check()
 
     def _run(self, op: Operation[T]) -> T:
