@@ -17,14 +17,17 @@ Example:
 
 from __future__ import annotations
 
+import asyncio
 import logging
 import threading
 import time
-from typing import Any
+import weakref
+from typing import Any, NamedTuple
 
 import redis
 import redis.asyncio
-from redis.exceptions import RedisError
+import redis.asyncio.cluster
+from redis.exceptions import NoScriptError
 
 from langgraph_colosseum._core.hot import SCRIPTS
 from langgraph_colosseum._core.io import CACHE_UNAVAILABLE, CacheCall, CacheDrop
@@ -142,7 +145,7 @@ class RedisCache:
             for key in deletions:
                 self.client.delete(key)  # one key per call: Cluster-safe
             result = None if isinstance(request, CacheDrop) else self._script(request)
-        except (RedisError, OSError) as exc:
+        except Exception as exc:  # RedisClusterException is no RedisError: catch all
             self.breaker.failed(request, deletions, exc)
             return CACHE_UNAVAILABLE
         self.breaker.recovered()
@@ -153,31 +156,108 @@ class RedisCache:
 
 
 class AsyncRedisCache:
-    """The same, on an asyncio Redis or RedisCluster client."""
+    """The same, on an asyncio Redis or RedisCluster client, auto-pipelined.
+
+    The client's own cost per command (connection checkout, packing, the reply
+    loop: about 90 µs of CPU on the benchmark machine, more than a psycopg
+    statement) is its largest. Requests made in the same turn of the event
+    loop, as when many threads' writes commit together, are therefore sent as
+    one pipeline (not a transaction: each script is atomic on its own, and
+    each request's failure is its own). A Cluster client refuses scripts in
+    pipelines, so there each request is sent on its own.
+    """
 
     def __init__(self, client: Any) -> None:
         _check_binary(client)
         self.client = client
         self.scripts = {name: client.register_script(lua) for name, lua in SCRIPTS.items()}
         self.breaker = Breaker()
+        self.pipelined = not isinstance(client, redis.asyncio.cluster.RedisCluster)
+        # The requests waiting for the next turn, per event loop (a saver may be
+        # used from several loops, one after another).
+        self._batches: weakref.WeakKeyDictionary[asyncio.AbstractEventLoop, list[Pending]] = (
+            weakref.WeakKeyDictionary()
+        )
+        self._running: set[asyncio.Future[Any]] = set()
+        self._loaded = False  # the scripts are in the server's script cache
 
-    # The twin of RedisCache.perform; keep the two side by side.
     async def perform(self, request: CacheCall | CacheDrop) -> Any:
         deletions = self.breaker.admit(request)
         if deletions is None:
             return CACHE_UNAVAILABLE
-        try:
-            for key in deletions:
-                await self.client.delete(key)
-            result = None if isinstance(request, CacheDrop) else await self._script(request)
-        except (RedisError, OSError) as exc:
-            self.breaker.failed(request, deletions, exc)
-            return CACHE_UNAVAILABLE
-        self.breaker.recovered()
-        return result
+        loop = asyncio.get_running_loop()
+        done: asyncio.Future[Any] = loop.create_future()
+        batch = self._batches.get(loop)
+        if batch is None:
+            batch = self._batches[loop] = []
+            loop.call_soon(self._send_batch, loop)
+        batch.append(Pending(request, deletions, done))
+        return await done
 
-    async def _script(self, call: CacheCall) -> Any:
-        return await self.scripts[call.script](keys=[call.key], args=call.args)
+    def _send_batch(self, loop: asyncio.AbstractEventLoop) -> None:
+        batch = self._batches.pop(loop, [])
+        task = loop.create_task(self._run_batch(batch))
+        self._running.add(task)  # a reference, so the task is not collected mid-flight
+        task.add_done_callback(self._running.discard)
+
+    async def _run_batch(self, batch: list[Pending]) -> None:
+        results: list[Any]
+        try:
+            results = await self._send(batch)
+            if any(isinstance(r, NoScriptError) for r in results):
+                # Redis restarted, or its script cache was flushed: load, send again.
+                self._loaded = False
+                results = await self._send(batch)
+        except Exception as exc:  # whatever went wrong, every caller gets its answer
+            results = [exc] * len(batch)
+        for pending, result in zip(batch, results):
+            if isinstance(result, Exception):
+                self.breaker.failed(pending.request, pending.deletions, result)
+                result = CACHE_UNAVAILABLE
+            else:
+                self.breaker.recovered()
+            if not pending.done.done():  # its caller may have been cancelled meanwhile
+                pending.done.set_result(result)
+
+    async def _send(self, batch: list[Pending]) -> list[Any]:
+        """Each request's result (its script's reply, None for a drop) or exception."""
+        if not self.pipelined:
+            return [await self._send_one(pending) for pending in batch]
+        if not self._loaded:
+            for script in self.scripts.values():
+                await self.client.script_load(script.script)
+            self._loaded = True
+        pipe = self.client.pipeline(transaction=False)
+        for request, deletions, _ in batch:
+            for key in deletions:
+                pipe.delete(key)
+            if isinstance(request, CacheCall):
+                pipe.evalsha(self.scripts[request.script].sha, 1, request.key, *request.args)
+        replies = iter(await pipe.execute(raise_on_error=False))
+        results = []
+        for request, deletions, _ in batch:
+            mine = [next(replies) for _ in range(len(deletions) + isinstance(request, CacheCall))]
+            failure = next((r for r in mine if isinstance(r, Exception)), None)
+            is_call = isinstance(request, CacheCall)
+            results.append(failure if failure is not None else mine[-1] if is_call else None)
+        return results
+
+    async def _send_one(self, pending: Pending) -> Any:
+        try:
+            for key in pending.deletions:
+                await self.client.delete(key)  # one key per call: Cluster-safe
+            if isinstance(pending.request, CacheDrop):
+                return None
+            call = pending.request
+            return await self.scripts[call.script](keys=[call.key], args=call.args)
+        except Exception as exc:
+            return exc
+
+
+class Pending(NamedTuple):
+    request: CacheCall | CacheDrop
+    deletions: list[str]
+    done: asyncio.Future[Any]
 
 
 def _check_binary(client: Any) -> None:

@@ -7,6 +7,7 @@ saver instances (each with its own in-process bases), sharing one Redis.
 
 from __future__ import annotations
 
+import asyncio
 import logging
 import random
 import threading
@@ -20,6 +21,7 @@ from typing import Annotated, Any, TypedDict
 import psycopg
 import pytest
 import redis
+import redis.asyncio
 from langchain_core.messages import AIMessage, AnyMessage, HumanMessage
 from langgraph.graph import START, StateGraph
 from langgraph.graph.message import add_messages
@@ -464,4 +466,46 @@ async def test_async_saver_on_the_cluster(
         assert (await saver.aget_tuple(thread("async-0"))).checkpoint == (
             assert_fresh_tuple.checkpoint
         )
+    await client.aclose()
+
+
+async def test_async_saver_through_a_redis_outage(
+    pg_url: str, truth: ColosseumSaver, private_redis: RedisServer
+) -> None:
+    """The auto-pipelined async client: concurrent runs through a kill and a restart."""
+    truncate(pg_url)
+    client = redis.asyncio.Redis(host="127.0.0.1", port=private_redis.port)
+    async with AsyncColosseumSaver.from_conn_string(pg_url) as plain:
+        saver = AsyncColosseumSaver(plain.conn, cache=client, cache_prefix=PREFIX)
+        graph = chat_graph(saver)
+
+        async def run(i: int) -> None:
+            await graph.ainvoke(say(f"q{i}"), thread(f"outage-{i}"))
+
+        for wave in range(6):
+            if wave == 2:
+                private_redis.kill()
+            if wave == 4:
+                private_redis.start()
+                saver.cache.breaker.retry_at = 0.0  # probe now rather than after the backoff
+            await asyncio.gather(*(run(i) for i in range(8)))
+            for t in range(8):
+                want = truth.get_tuple(thread(f"outage-{t}"))
+                got = await saver.aget_tuple(thread(f"outage-{t}"))
+                assert got is not None and want is not None
+                assert got.checkpoint == want.checkpoint
+                assert got.pending_writes == want.pending_writes
+        for t in range(8):
+            assert (await graph.aget_state(thread(f"outage-{t}"))).values["turns"] == 6
+        assert saver.cache.breaker.backoff == 0.0, "recovered"
+        sent: list[object] = []
+        original = saver._perform
+
+        async def recording(request: Any) -> Any:
+            sent.append(request)
+            return await original(request)
+
+        saver._perform = recording  # type: ignore[method-assign]
+        await saver.aget_tuple(thread("outage-0"))
+        assert [type(r) for r in sent] == [CacheCall], "served by Redis again"
     await client.aclose()
