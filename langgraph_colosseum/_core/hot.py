@@ -2,9 +2,10 @@
 
 Postgres is the truth; the head is a copy that a reader may use only while it
 provably equals what Postgres would return. Everything a thread has in Redis is
-ONE hash, ``colosseum:{<thread_id>}`` (the prefix is configurable), so it lives in one Cluster slot, expires
-as one unit, and is evicted (``allkeys-lru``) as one unit: no half of a head can
-outlive the other half. Its fields, per checkpoint namespace ``ns``:
+ONE hash, ``colosseum:{<thread_id>}`` (the prefix is configurable), so it lives
+in one Cluster slot, expires as one unit, and is evicted (``allkeys-lru``) as
+one unit: no half of a head can outlive the other half. Its fields, per
+checkpoint namespace ``ns``:
 
     seq                  the thread's mutation counter (see "Never stale")
     ns NUL id            the head's checkpoint id ("" = the namespace has none)
