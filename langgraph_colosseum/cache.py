@@ -4,8 +4,9 @@ Any Redis client works: `redis.Redis`, `redis.cluster.RedisCluster`, or their
 asyncio twins, on plain Redis 6.2+ or Valkey, with no modules. A Redis that is
 down, slow, flushed or evicting costs latency, never a run: every failure makes
 the request a miss (`CACHE_UNAVAILABLE`) and opens the breaker, which skips
-Redis for a backoff (0.5 s doubling to 30 s) and then lets one request probe
-it. One warning is logged per outage.
+Redis for reads during a backoff (0.5 s doubling to 30 s) and then lets one
+read probe it; writes are always tried (see `Breaker.admit`). One warning is
+logged per outage.
 
 While Redis cannot be reached, the writes it missed leave their heads behind
 in it; the threads are remembered and their hashes dropped first thing on
@@ -27,7 +28,10 @@ from typing import Any, NamedTuple
 import redis
 import redis.asyncio
 import redis.asyncio.cluster
+from redis.asyncio.retry import Retry as AsyncRetry
+from redis.backoff import NoBackoff
 from redis.exceptions import NoScriptError
+from redis.retry import Retry
 
 from langgraph_colosseum._core.hot import SCRIPTS
 from langgraph_colosseum._core.io import CACHE_UNAVAILABLE, CacheCall, CacheDrop
@@ -43,18 +47,31 @@ SOCKET_TIMEOUT = 0.5
 MAX_REMEMBERED = 100_000
 
 
+def client_options() -> dict[str, Any]:
+    """Options for a Redis client in front of Postgres: fail fast, and never retry.
+
+    redis-py's default client retries a refused connection with backoff, which
+    took 3.9 s per call here; for a cache, Postgres is the faster answer, and
+    the breaker decides when to try Redis again. Pass these when you make your
+    own client: ``redis.Redis.from_url(url, **client_options())``.
+    """
+    return {
+        "socket_timeout": SOCKET_TIMEOUT,
+        "socket_connect_timeout": SOCKET_TIMEOUT,
+        "retry": Retry(NoBackoff(), 0),
+    }
+
+
 def client_from_url(url: str) -> redis.Redis:
-    """A blocking client for `url`, with timeouts short enough to fall back fast."""
-    return redis.Redis.from_url(
-        url, socket_timeout=SOCKET_TIMEOUT, socket_connect_timeout=SOCKET_TIMEOUT
-    )
+    """A blocking client for `url` (see `client_options`)."""
+    return redis.Redis.from_url(url, **client_options())
 
 
 def async_client_from_url(url: str) -> redis.asyncio.Redis:
-    """An asyncio client for `url`, with the same timeouts."""
-    return redis.asyncio.Redis.from_url(
-        url, socket_timeout=SOCKET_TIMEOUT, socket_connect_timeout=SOCKET_TIMEOUT
-    )
+    """An asyncio client for `url` (see `client_options`)."""
+    options = client_options()
+    options["retry"] = AsyncRetry(NoBackoff(), 0)
+    return redis.asyncio.Redis.from_url(url, **options)
 
 
 class Breaker:
@@ -68,9 +85,14 @@ class Breaker:
 
     def admit(self, request: CacheCall | CacheDrop) -> list[str] | None:
         """The keys to delete before `request` runs (what an outage missed, then
-        the request's own if it is a drop), or None to skip Redis: it is open."""
-        if self.backoff and not self._probe():
-            self.remember(request)
+        the request's own if it is a drop), or None to skip Redis.
+
+        Only reads are skipped while the breaker is open. A write or a drop is
+        always tried: another worker may already be reading from Redis again,
+        and a head this worker could have kept current but skipped would be
+        served stale to it. A write's attempt costs at most the socket timeout.
+        """
+        if self.backoff and not _changes_heads(request) and not self._probe():
             return None
         drops = list(request.keys) if isinstance(request, CacheDrop) else []
         return self.take_missed() + drops if self.missed else drops
@@ -99,12 +121,9 @@ class Breaker:
 
     def remember(self, request: CacheCall | CacheDrop) -> None:
         """Note threads a write or a drop could not reach (reads and refills are harmless)."""
-        if isinstance(request, CacheDrop):
-            keys: tuple[str, ...] = request.keys
-        elif request.script in ("advance", "add_writes"):
-            keys = (request.key,)
-        else:
+        if not _changes_heads(request):
             return
+        keys = request.keys if isinstance(request, CacheDrop) else (request.key,)
         with self._lock:
             if len(self.missed) < MAX_REMEMBERED:
                 self.missed.update(keys)
@@ -126,6 +145,11 @@ class Breaker:
         with self._lock:
             missed, self.missed = list(self.missed), set()
         return missed
+
+
+def _changes_heads(request: CacheCall | CacheDrop) -> bool:
+    """A write or a drop: what Redis must see for other workers' reads to stay fresh."""
+    return isinstance(request, CacheDrop) or request.script in ("advance", "add_writes")
 
 
 class RedisCache:

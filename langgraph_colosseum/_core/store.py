@@ -170,6 +170,8 @@ class CheckpointStore:
             hit, found, seq = yield from self._hot_read(thread_id, checkpoint_ns, checkpoint_id)
             if hit:
                 return found
+            if checkpoint_id:
+                seq = None  # only the latest checkpoint is ever refilled
         # Values this process holds decoded (its bases) are copied, not fetched;
         # except for a refill of the hot head, which must carry every row.
         bases = self.bases.of_namespace(thread_id, checkpoint_ns) if seq is None else {}
@@ -198,7 +200,7 @@ class CheckpointStore:
             result = self._checkpoint_tuple(row, document, values)
             self._remember_bases(row[0], row[1], document, values)
         # Only what read back cleanly goes to Redis: a corrupt row stays a miss.
-        if seq is not None and not checkpoint_id:
+        if seq is not None:
             assert self.hot is not None
             yield self.hot.refill(thread_id, checkpoint_ns, seq, row, value_rows)
         return result

@@ -17,6 +17,8 @@ import redis
 import redis.asyncio.cluster
 import redis.cluster
 
+from langgraph_colosseum.cache import client_options
+
 
 def server_binary() -> str:
     if found := shutil.which("redis-server"):
@@ -50,7 +52,8 @@ class RedisServer:
         return f"redis://127.0.0.1:{self.port}/0"
 
     def client(self) -> redis.Redis:
-        return redis.Redis(host="127.0.0.1", port=self.port)
+        """A client as the savers make them: no retries, short timeouts."""
+        return redis.Redis(host="127.0.0.1", port=self.port, **client_options())
 
     def start(self) -> RedisServer:
         self.process = subprocess.Popen(

@@ -28,9 +28,11 @@ def test_an_outage_skips_redis_and_remembers_the_writes_it_missed(
     with caplog.at_level(logging.INFO, logger=cache_logger.name):
         breaker.failed(ADVANCE, [], ConnectionError("refused"))
         for _ in range(5):
-            assert breaker.admit(READ) is None  # skipped, nothing to remember
-            assert breaker.admit(DROP) is None
-        breaker.failed(READ, [], ConnectionError("refused"))
+            assert breaker.admit(READ) is None  # reads skip Redis, nothing to remember
+        # Writes and drops are tried all the same (their failure is remembered).
+        deletions = breaker.admit(DROP)
+        assert deletions is not None and "colosseum:{t3}" in deletions
+        breaker.failed(DROP, deletions, ConnectionError("refused"))
     warnings = [r for r in caplog.records if r.levelno == logging.WARNING]
     assert len(warnings) == 1, "one warning per outage"
     assert breaker.missed == {"colosseum:{t2}", "colosseum:{t3}"}
