@@ -430,7 +430,7 @@ def test_flushed_evicting_and_slow_redis_serve_no_wrong_data(
                     # (The stalling client itself waits as long as it takes.)
                     staller = redis.Redis(host="127.0.0.1", port=server.port)
                     threading.Thread(
-                        target=lambda: staller.execute_command("DEBUG", "SLEEP", "1.2")
+                        target=staller.execute_command, args=("DEBUG", "SLEEP", "1.2")
                     ).start()
                     time.sleep(0.05)
                 reader = (a, b)[rng.randrange(2)]
@@ -444,6 +444,19 @@ def test_flushed_evicting_and_slow_redis_serve_no_wrong_data(
 # ------------------------------------------------------------------ async
 
 
+def record_requests(saver: AsyncColosseumSaver) -> list[object]:
+    """Every request the saver performs from now on (Postgres and Redis alike)."""
+    sent: list[object] = []
+    original = saver._perform
+
+    async def recording(request: Any) -> Any:
+        sent.append(request)
+        return await original(request)
+
+    saver._perform = recording  # type: ignore[method-assign]
+    return sent
+
+
 async def test_async_saver_on_the_cluster(
     pg_url: str, cluster: RedisCluster, truth: ColosseumSaver
 ) -> None:
@@ -454,14 +467,7 @@ async def test_async_saver_on_the_cluster(
         graph = chat_graph(saver)
         for i in range(5):
             await graph.ainvoke(say(f"q{i}"), thread(f"async-{i % 2}"))
-        counted: list[object] = []
-        original = saver._perform
-
-        async def counting(request: Any) -> Any:
-            counted.append(request)
-            return await original(request)
-
-        saver._perform = counting  # type: ignore[method-assign]
+        counted = record_requests(saver)
         state = await graph.aget_state(thread("async-0"))
         assert state.values["turns"] == 3
         assert all(isinstance(r, (CacheCall, CacheDrop)) for r in counted)
@@ -501,14 +507,7 @@ async def test_async_saver_through_a_redis_outage(
         for t in range(8):
             assert (await graph.aget_state(thread(f"outage-{t}"))).values["turns"] == 6
         assert saver.cache.breaker.backoff == 0.0, "recovered"
-        sent: list[object] = []
-        original = saver._perform
-
-        async def recording(request: Any) -> Any:
-            sent.append(request)
-            return await original(request)
-
-        saver._perform = recording  # type: ignore[method-assign]
+        sent = record_requests(saver)
         await saver.aget_tuple(thread("outage-0"))
         assert [type(r) for r in sent] == [CacheCall], "served by Redis again"
     await client.aclose()
