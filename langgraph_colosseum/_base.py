@@ -34,7 +34,7 @@ from langgraph.checkpoint.serde.base import SerializerProtocol, maybe_add_typed_
 from langgraph.checkpoint.serde.jsonplus import JsonPlusSerializer
 
 from langgraph_colosseum._core.codec import TypeRegistry, default_registry
-from langgraph_colosseum._core.hot import KEY_PREFIX, HotHead
+from langgraph_colosseum._core.hot import DEFAULT_HOT_TTL, KEY_PREFIX, HotHead
 from langgraph_colosseum._core.io import Operation
 from langgraph_colosseum._core.shapes import DEFAULT_SNAPSHOT_EVERY
 from langgraph_colosseum._core.store import DEFAULT_PAGE_SIZE, CheckpointStore, next_version
@@ -54,6 +54,7 @@ class ColosseumSaverBase(BaseCheckpointSaver[str], abc.ABC, Generic[ThreadsT]):
     """Shared body of `ColosseumSaver` and `AsyncColosseumSaver`."""
 
     _threads_api: Callable[[Any], ThreadsT]  # the driver's Threads class
+    _cache_driver: Callable[[Any], Any]  # runs hot-head requests on the driver's client
 
     def __init__(
         self,
@@ -63,10 +64,11 @@ class ColosseumSaverBase(BaseCheckpointSaver[str], abc.ABC, Generic[ThreadsT]):
         page_size: int = DEFAULT_PAGE_SIZE,
         snapshot_every: int = DEFAULT_SNAPSHOT_EVERY,
         retention: Retention | None = None,
-        hot_ttl: timedelta | None = None,
+        cache: Any = None,
+        hot_ttl: timedelta = DEFAULT_HOT_TTL,
         cache_prefix: str = KEY_PREFIX,
     ) -> None:
-        """`hot_ttl` is None without a Redis cache; the drivers set it when given one."""
+        """`cache`: the driver's Redis client for the hot head, or None for none."""
         self.types: TypeRegistry = default_registry()
         for cls in types:
             self.types.register(cls)
@@ -84,7 +86,8 @@ class ColosseumSaverBase(BaseCheckpointSaver[str], abc.ABC, Generic[ThreadsT]):
         )
         self.retention = retention
         self._store.thread_ttl = retention.thread_ttl if retention else None
-        self._store.hot = HotHead(hot_ttl, cache_prefix) if hot_ttl is not None else None
+        self.cache = self._cache_driver(cache) if cache is not None else None
+        self._store.hot = HotHead(hot_ttl, cache_prefix) if cache is not None else None
 
     def _msgpack_allowlist(self) -> list[tuple[str, str]]:
         return [(cls.__module__, cls.__qualname__) for cls in self.types.classes()]

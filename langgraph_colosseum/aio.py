@@ -51,6 +51,7 @@ class AsyncColosseumSaver(ColosseumSaverBase[AsyncThreads]):
     """
 
     _threads_api = AsyncThreads
+    _cache_driver = AsyncRedisCache
 
     def __init__(
         self,
@@ -73,10 +74,10 @@ class AsyncColosseumSaver(ColosseumSaverBase[AsyncThreads]):
             page_size=page_size,
             snapshot_every=snapshot_every,
             retention=retention,
-            hot_ttl=hot_ttl if cache is not None else None,
+            cache=cache,
+            hot_ttl=hot_ttl,
             cache_prefix=cache_prefix,
         )
-        self.cache = AsyncRedisCache(cache) if cache is not None else None
         self.conn = conn
         self._conn_lock = None if isinstance(conn, AsyncConnectionPool) else asyncio.Lock()
         try:

@@ -51,6 +51,7 @@ class ColosseumSaver(ColosseumSaverBase[Threads]):
     """
 
     _threads_api = Threads
+    _cache_driver = RedisCache
 
     def __init__(
         self,
@@ -73,10 +74,10 @@ class ColosseumSaver(ColosseumSaverBase[Threads]):
             page_size=page_size,
             snapshot_every=snapshot_every,
             retention=retention,
-            hot_ttl=hot_ttl if cache is not None else None,
+            cache=cache,
+            hot_ttl=hot_ttl,
             cache_prefix=cache_prefix,
         )
-        self.cache = RedisCache(cache) if cache is not None else None
         self.conn = conn
         # One connection runs one statement at a time; a pool needs no lock.
         self._conn_lock = None if isinstance(conn, ConnectionPool) else threading.Lock()

@@ -188,9 +188,7 @@ class IdempotentToolNode(ToolNode):
             try:
                 return ledger._run(io.single(req))
             except psycopg.errors.UniqueViolation:
-                if not _is_claim(req):
-                    raise
-                return []  # a claim that lost the race: look again (see _is_claim)
+                return _lost_claim(req)
 
         try:
             return io.run(execute_once(plan, ledger._store.codec), perform)
@@ -211,9 +209,7 @@ class IdempotentToolNode(ToolNode):
             try:
                 return await ledger._arun(io.single(req))
             except psycopg.errors.UniqueViolation:
-                if not _is_claim(req):
-                    raise
-                return []  # a claim that lost the race: look again (see _is_claim)
+                return _lost_claim(req)
 
         try:
             return await io.arun(execute_once(plan, ledger._store.codec), perform)
@@ -241,16 +237,18 @@ def _raise_ledger_error(result: Any) -> Any:
     return result
 
 
-def _is_claim(request: Request) -> bool:
-    """Whether a UniqueViolation came from a claim that lost a race.
+def _lost_claim(request: Request) -> list:
+    """The answer to a UniqueViolation: a claim that lost a race finds no row.
 
     The key is unique twice over (the primary key starts with thread_id, as
     every table's does, and idempotency_key is UNIQUE on its own), and ON
     CONFLICT guards only one index, so a concurrent claim can trip the other.
     The claim was lost either way; answering "no row" makes the protocol look
-    again and find the winner's row.
+    again and find the winner's row. Any other statement's violation is raised.
     """
-    return getattr(request, "sql", None) is CLAIM
+    if getattr(request, "sql", None) is not CLAIM:
+        raise  # the UniqueViolation our caller is handling
+    return []
 
 
 def _stable_namespace(checkpoint_ns: str) -> str:

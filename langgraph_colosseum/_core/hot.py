@@ -111,25 +111,32 @@ local function store_rows(first)
     end
 end
 
--- Drop the rows no channel of the head reaches any more.
-local function collect(versions)
-    local keep = {}
-    for i = 1, #versions, 2 do
-        local channel, version = versions[i], versions[i + 1]
-        while version do
-            keep[row_field(channel, version)] = true
-            keep[base_field(channel, version)] = true
-            version = redis.call('HGET', key, base_field(channel, version))
+-- Drop the rows the new head no longer reaches: for each channel whose
+-- version changed (or that went), its old chain down to where it meets the
+-- new one. An append onto the old version meets it at once and drops nothing,
+-- so a step's cost here follows what it changed, not the size of the hash.
+local function drop_replaced(old, versions)
+    local new = {}
+    for i = 1, #versions, 2 do new[versions[i]] = versions[i + 1] end
+    for channel, old_version in pairs(old) do
+        local version = new[channel]
+        if version ~= old_version then
+            local reached = {}
+            if version and redis.call('HGET', key, base_field(channel, version)) == old_version then
+                reached[old_version] = true
+            else
+                while version do
+                    reached[version] = true
+                    version = redis.call('HGET', key, base_field(channel, version))
+                end
+            end
+            local doomed = old_version
+            while doomed and not reached[doomed] do
+                local base = redis.call('HGET', key, base_field(channel, doomed))
+                redis.call('HDEL', key, row_field(channel, doomed), base_field(channel, doomed))
+                doomed = base
+            end
         end
-    end
-    local doomed = {}
-    local R, B = P .. 'r\0', P .. 'b\0'
-    for _, field in ipairs(redis.call('HKEYS', key)) do
-        local kind = string.sub(field, 1, #R)
-        if (kind == R or kind == B) and not keep[field] then doomed[#doomed + 1] = field end
-    end
-    for i = 1, #doomed, 512 do
-        redis.call('HDEL', key, unpack(doomed, i, math.min(i + 511, #doomed)))
     end
 end
 
@@ -241,8 +248,9 @@ for i = 1, #versions, 2 do
     local channel, version = versions[i], versions[i + 1]
     local row = given[channel]
     if row and row[1] == version then
-        -- A delta row needs its whole chain here.
-        local base = row[2]
+        -- A delta row needs its whole chain here. Onto the head's own version
+        -- (an append) it has it: the hash holds the head's chains whole.
+        local base = row[2] == old[channel] and '' or row[2]
         while base ~= '' do
             if redis.call('HEXISTS', key, row_field(channel, base)) == 0 then
                 drop_namespace()
@@ -287,7 +295,7 @@ end
 redis.call('HSET', key, P .. 'id', id, P .. 'h', ARGV[4], P .. 'cv', ARGV[5],
            P .. 'w', cmsgpack.pack(writes))
 await_slots(awaited)
-collect(versions)
+drop_replaced(old, versions)
 return 1
 """
 )

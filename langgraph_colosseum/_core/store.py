@@ -165,16 +165,19 @@ class CheckpointStore:
     def get_tuple(self, config: RunnableConfig) -> Operation[CheckpointTuple | None]:
         thread_id, checkpoint_ns = thread_of(config)
         checkpoint_id = get_checkpoint_id(config)
+        # Values this process holds decoded (its bases) are copied, not fetched.
+        bases = self.bases.of_namespace(thread_id, checkpoint_ns)
         seq = None  # set when the hot head missed and may be refilled from Postgres
         if self.hot is not None:
-            hit, found, seq = yield from self._hot_read(thread_id, checkpoint_ns, checkpoint_id)
+            hit, found, seq = yield from self._hot_read(
+                thread_id, checkpoint_ns, checkpoint_id, bases
+            )
             if hit:
                 return found
             if checkpoint_id:
                 seq = None  # only the latest checkpoint is ever refilled
-        # Values this process holds decoded (its bases) are copied, not fetched;
-        # except for a refill of the hot head, which must carry every row.
-        bases = self.bases.of_namespace(thread_id, checkpoint_ns) if seq is None else {}
+            elif seq is not None:
+                bases = {}  # a refill of the hot head must carry every row
         known = {channel: base.version for channel, base in bases.items()}
         params = {
             "thread_id": thread_id,
@@ -206,7 +209,11 @@ class CheckpointStore:
         return result
 
     def _hot_read(
-        self, thread_id: str, checkpoint_ns: str, checkpoint_id: str | None
+        self,
+        thread_id: str,
+        checkpoint_ns: str,
+        checkpoint_id: str | None,
+        bases: Mapping[str, shapes.Base],
     ) -> Operation[tuple[bool, CheckpointTuple | None, Any]]:
         """(hit, tuple, seq): the head from Redis, or the counter a refill must match.
 
@@ -214,7 +221,6 @@ class CheckpointStore:
         again: the reply leaves their rows out and they are copied here.
         """
         assert self.hot is not None
-        bases = self.bases.of_namespace(thread_id, checkpoint_ns)
         known = {channel: base.version for channel, base in bases.items()}
         reply = yield self.hot.read(thread_id, checkpoint_ns, checkpoint_id or "", known)
         if reply is CACHE_UNAVAILABLE:
