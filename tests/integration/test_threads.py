@@ -19,10 +19,7 @@ from __future__ import annotations
 import asyncio
 import contextvars
 import operator
-import os
-import signal
 import subprocess
-import sys
 import threading
 import time
 from collections.abc import Callable
@@ -41,6 +38,7 @@ from typing_extensions import TypedDict
 from langgraph_colosseum import AsyncColosseumSaver, ColosseumSaver
 from langgraph_colosseum.errors import ThreadBusyError
 from langgraph_colosseum.threads import AuditEntry, ThreadInfo
+from tests.integration.processes import sigkill, spawn
 
 WORKER = Path(__file__).with_name("threads_worker.py")
 
@@ -237,22 +235,7 @@ def wait_until(check: Callable[[], bool], *, timeout: float, what: str, proc: An
 
 
 def spawn_holder(url: str, tid: str, lease_seconds: float, log: Path) -> subprocess.Popen:
-    out = log.open("wb")
-    try:
-        return subprocess.Popen(
-            [sys.executable, str(WORKER), url, tid, str(lease_seconds)],
-            stdout=out,
-            stderr=subprocess.STDOUT,
-            start_new_session=True,
-        )
-    finally:
-        out.close()
-
-
-def sigkill(proc: subprocess.Popen) -> None:
-    if proc.poll() is None:
-        os.kill(proc.pid, signal.SIGKILL)
-    proc.wait(timeout=10)
+    return spawn(WORKER, url, tid, str(lease_seconds), log=log)
 
 
 def log_text(log: Path) -> str:

@@ -12,10 +12,8 @@ with SIGKILL; the test process then resumes the thread with a fresh saver.
 from __future__ import annotations
 
 import asyncio
-import os
 import signal
 import subprocess
-import sys
 import threading
 import time
 import uuid
@@ -39,6 +37,7 @@ from langgraph_colosseum import (
     ToolOutcomeUnknownError,
     ToolTimeoutError,
 )
+from tests.integration.processes import sigkill, spawn
 from tests.integration.tool_worker import (
     SCENARIOS,
     START_INPUT,
@@ -115,23 +114,18 @@ async def apoll(check: Callable[[], bool], *, timeout: float, what: str, proc: A
         await asyncio.sleep(0.05)
 
 
-def spawn(scenario: str, url: str, tid: str, kind: str, log: Path) -> subprocess.Popen:
-    out = log.open("wb")
+def spawn_worker(scenario: str, url: str, tid: str, kind: str, log: Path) -> subprocess.Popen:
+    return spawn(WORKER, scenario, url, tid, kind, log=log)
+
+
+def kill_when(proc: subprocess.Popen, log: Path, reached: Callable[[], bool], what: str) -> None:
+    """SIGKILL the worker as soon as `reached()`; its output goes into any failure."""
     try:
-        return subprocess.Popen(
-            [sys.executable, str(WORKER), scenario, url, tid, kind],
-            stdout=out,
-            stderr=subprocess.STDOUT,
-            start_new_session=True,
-        )
+        poll(reached, timeout=30, what=what, proc=proc)
+    except AssertionError as exc:
+        raise AssertionError(f"{exc}\nworker output:\n{fmt(log)}") from None
     finally:
-        out.close()
-
-
-def sigkill(proc: subprocess.Popen) -> None:
-    if proc.poll() is None:
-        os.kill(proc.pid, signal.SIGKILL)
-    proc.wait(timeout=10)
+        sigkill(proc)
 
 
 def tool_messages(state: dict) -> dict[str, ToolMessage]:
@@ -184,19 +178,10 @@ RESUME_PAY_AND_SLOW: dict[str, Any] = {
 def test_crash_after_side_effect_sync(url: str, tmp_path: Path) -> None:
     tid = new_tid("crash-pay-sync")
     log = tmp_path / "worker.log"
-    proc = spawn("pay_and_slow", url, tid, "sync", log)
-    try:
-        poll(
-            lambda: _crash_after_pay_reached(url, tid),
-            timeout=30,
-            what="pay done and recorded, slow running",
-            proc=proc,
-        )
-        sigkill(proc)
-    except AssertionError as exc:
-        raise AssertionError(f"{exc}\nworker output:\n{fmt(log)}") from None
-    finally:
-        sigkill(proc)
+    proc = spawn_worker("pay_and_slow", url, tid, "sync", log)
+    kill_when(
+        proc, log, lambda: _crash_after_pay_reached(url, tid), "pay done and recorded, slow running"
+    )
     assert proc.returncode == -signal.SIGKILL
 
     tools = make_tools(url, slow_seconds=0.05)
@@ -213,19 +198,10 @@ def test_crash_after_side_effect_sync(url: str, tmp_path: Path) -> None:
 async def test_crash_after_side_effect_async(url: str, tmp_path: Path) -> None:
     tid = new_tid("crash-pay-async")
     log = tmp_path / "worker.log"
-    proc = spawn("pay_and_slow", url, tid, "async", log)
-    try:
-        await apoll(
-            lambda: _crash_after_pay_reached(url, tid),
-            timeout=30,
-            what="pay done and recorded, slow running",
-            proc=proc,
-        )
-        sigkill(proc)
-    except AssertionError as exc:
-        raise AssertionError(f"{exc}\nworker output:\n{fmt(log)}") from None
-    finally:
-        sigkill(proc)
+    proc = spawn_worker("pay_and_slow", url, tid, "async", log)
+    kill_when(
+        proc, log, lambda: _crash_after_pay_reached(url, tid), "pay done and recorded, slow running"
+    )
     assert proc.returncode == -signal.SIGKILL
 
     tools = make_tools(url, slow_seconds=0.05)
@@ -359,14 +335,8 @@ HANG_CALLS = SCENARIOS["hang"]["calls"]
 def test_crash_mid_tool_sync(url: str, tmp_path: Path) -> None:
     tid = new_tid("crash-mid-sync")
     log = tmp_path / "worker.log"
-    proc = spawn("hang", url, tid, "sync", log)
-    try:
-        poll(lambda: _hang_reached(url, tid), timeout=30, what="charge running", proc=proc)
-        sigkill(proc)
-    except AssertionError as exc:
-        raise AssertionError(f"{exc}\nworker output:\n{fmt(log)}") from None
-    finally:
-        sigkill(proc)
+    proc = spawn_worker("hang", url, tid, "sync", log)
+    kill_when(proc, log, lambda: _hang_reached(url, tid), "charge running")
     assert ledger(url, tid)["call-0-charge"]["status"] == "RUNNING"
     time.sleep(1.5)  # the 1 s lease lapses: nobody renews it
     poll(lambda: _lease_lapsed(url, tid), timeout=5, what="the lease to lapse")
@@ -390,14 +360,8 @@ def test_crash_mid_tool_sync(url: str, tmp_path: Path) -> None:
 async def test_crash_mid_tool_async(url: str, tmp_path: Path) -> None:
     tid = new_tid("crash-mid-async")
     log = tmp_path / "worker.log"
-    proc = spawn("hang", url, tid, "async", log)
-    try:
-        await apoll(lambda: _hang_reached(url, tid), timeout=30, what="charge running", proc=proc)
-        sigkill(proc)
-    except AssertionError as exc:
-        raise AssertionError(f"{exc}\nworker output:\n{fmt(log)}") from None
-    finally:
-        sigkill(proc)
+    proc = spawn_worker("hang", url, tid, "async", log)
+    kill_when(proc, log, lambda: _hang_reached(url, tid), "charge running")
     assert ledger(url, tid)["call-0-charge"]["status"] == "RUNNING"
     await asyncio.sleep(1.5)
     await apoll(lambda: _lease_lapsed(url, tid), timeout=5, what="the lease to lapse")
