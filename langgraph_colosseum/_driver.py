@@ -15,13 +15,91 @@ from __future__ import annotations
 
 import logging
 import random
+from collections.abc import Iterator
+from contextlib import contextmanager
 from typing import Any
 
 import psycopg
+from psycopg import conninfo
 
 from langgraph_colosseum._core.io import Query, Request, Transaction
+from langgraph_colosseum._redact import redact
+from langgraph_colosseum.errors import (
+    DatabaseUnavailableError,
+    InvalidConfigError,
+    SchemaMissingError,
+)
 
 logger = logging.getLogger("langgraph_colosseum")
+
+# Seconds a new connection may take (libpq's connect_timeout; at least 2). A
+# wrong host fails after this instead of hanging; the `connect_timeout=` of
+# from_conn_string, else the URL's own connect_timeout, overrides it.
+DEFAULT_CONNECT_TIMEOUT = 5
+
+_CONNECT_HINT = (
+    "Check the URL (host, port, database name, user, password) and that the server "
+    "is running; the connect timeout is from_conn_string(..., connect_timeout=seconds)"
+)
+
+
+def connection_kwargs(conn_string: str, connect_timeout: float | None) -> dict[str, Any]:
+    """The settings of every connection of a `from_conn_string` pool.
+
+    A string that is not a connection string at all fails here, at once,
+    before any pool is made (a pool would retry it in the background forever).
+    """
+    try:
+        params = conninfo.conninfo_to_dict(conn_string)
+    except psycopg.ProgrammingError as exc:
+        raise InvalidConfigError(
+            f"{redact(conn_string)!r} is not a Postgres connection string: {exc}. Expected "
+            "a URL such as postgresql://user:password@host:5432/dbname, or "
+            "'host=... dbname=... user=...'"
+        ) from None
+    kwargs: dict[str, Any] = {"autocommit": True}
+    if connect_timeout is not None or "connect_timeout" not in params:
+        kwargs["connect_timeout"] = connect_timeout or DEFAULT_CONNECT_TIMEOUT
+    return kwargs
+
+
+def unreachable(target: str, exc: BaseException) -> DatabaseUnavailableError:
+    return DatabaseUnavailableError(target, str(exc), _CONNECT_HINT)
+
+
+def probe(conn_string: str, kwargs: dict[str, Any]) -> None:
+    """Connect once, so a wrong URL fails now with the server's reason.
+
+    Without it the pool would open "successfully", retry in the background,
+    and the first statement would time out after the pool's 30 s with no reason.
+    """
+    try:
+        psycopg.connect(conn_string, **kwargs).close()
+    except psycopg.OperationalError as exc:
+        raise unreachable(conn_string, exc) from None
+
+
+async def aprobe(conn_string: str, kwargs: dict[str, Any]) -> None:
+    try:
+        conn = await psycopg.AsyncConnection.connect(conn_string, **kwargs)
+    except psycopg.OperationalError as exc:
+        raise unreachable(conn_string, exc) from None
+    await conn.close()
+
+
+def never_connected(pool: Any, exc: BaseException) -> DatabaseUnavailableError:
+    """No connection of `pool` ever worked: a configuration error, not an outage."""
+    return unreachable(getattr(pool, "conninfo", "the pool's database"), exc)
+
+
+@contextmanager
+def schema_errors() -> Iterator[None]:
+    """A statement on a table that is not there means setup() was never run."""
+    try:
+        yield
+    except psycopg.errors.UndefinedTable as exc:
+        raise SchemaMissingError(str(exc.diag.message_primary or exc)) from exc
+
 
 # Every request our operations issue is idempotent (upserts, insert-if-absent,
 # deletes), so one retry on a fresh connection after the old one broke (a
@@ -48,6 +126,11 @@ def conflict_pause(conflicts: int) -> float:
 
 
 def perform(conn: psycopg.Connection, request: Request) -> Any:
+    with schema_errors():
+        return _perform(conn, request)
+
+
+def _perform(conn: psycopg.Connection, request: Request) -> Any:
     if isinstance(request, Query):
         if conn.autocommit:
             cursor = conn.execute(request.sql, request.params, prepare=request.prepare)
@@ -62,6 +145,11 @@ def perform(conn: psycopg.Connection, request: Request) -> Any:
 
 
 async def aperform(conn: psycopg.AsyncConnection, request: Request) -> Any:
+    with schema_errors():
+        return await _aperform(conn, request)
+
+
+async def _aperform(conn: psycopg.AsyncConnection, request: Request) -> Any:
     if isinstance(request, Query):
         if conn.autocommit:
             cursor = await conn.execute(request.sql, request.params, prepare=request.prepare)

@@ -25,9 +25,12 @@ from langgraph_colosseum._driver import (
     RETRIES_ON_BROKEN_CONNECTION,
     RETRIES_ON_CONFLICT,
     aperform,
+    aprobe,
     conflict_pause,
+    connection_kwargs,
     is_connection_failure,
     logger,
+    never_connected,
 )
 from langgraph_colosseum.cache import AsyncRedisCache, async_client_from_url
 from langgraph_colosseum.embedded import servers
@@ -79,6 +82,9 @@ class AsyncColosseumSaver(ColosseumSaverBase[AsyncThreads]):
             cache_prefix=cache_prefix,
         )
         self.conn = conn
+        # Set once a connection was had: only then is a failure to get one an
+        # outage worth retrying, rather than a wrong URL to report.
+        self._connected = False
         self._conn_lock = None if isinstance(conn, AsyncConnectionPool) else asyncio.Lock()
         try:
             self.loop: asyncio.AbstractEventLoop | None = asyncio.get_running_loop()
@@ -94,14 +100,21 @@ class AsyncColosseumSaver(ColosseumSaverBase[AsyncThreads]):
         pool_size: int | None = None,
         serde: SerializerProtocol | None = None,
         redis_url: str | None = None,
+        connect_timeout: float | None = None,
         **options: Any,
     ) -> AsyncIterator[AsyncColosseumSaver]:
-        """A saver on its own connection pool (and Redis client), closed on exit."""
+        """A saver on its own connection pool (and Redis client), closed on exit.
+
+        Wrong URLs fail at once or within `connect_timeout` (see `ColosseumSaver`).
+        """
+        # A wrong URL fails here, within `connect_timeout`, with the server's reason.
+        kwargs = connection_kwargs(conn_string, connect_timeout)
+        await aprobe(conn_string, kwargs)
         async with AsyncConnectionPool(
             conn_string,
             min_size=1,
             max_size=pool_size or DEFAULT_POOL_SIZE,
-            kwargs={"autocommit": True},
+            kwargs=kwargs,
             open=False,
         ) as pool:
             client = async_client_from_url(redis_url) if redis_url else None
@@ -165,10 +178,12 @@ class AsyncColosseumSaver(ColosseumSaverBase[AsyncThreads]):
             try:
                 if isinstance(self.conn, AsyncConnectionPool):
                     async with self.conn.connection() as conn:
+                        self._connected = True
                         return await aperform(conn, request)
                 assert self._conn_lock is not None
                 async with self._conn_lock:
                     conn = self.conn
+                    self._connected = True
                     return await aperform(conn, request)
             except CONFLICTS:
                 conflicts += 1
@@ -176,6 +191,8 @@ class AsyncColosseumSaver(ColosseumSaverBase[AsyncThreads]):
                     raise
                 await asyncio.sleep(conflict_pause(conflicts))
             except psycopg.OperationalError as exc:
+                if conn is None and not self._connected:
+                    raise never_connected(self.conn, exc) from None
                 retry = isinstance(self.conn, AsyncConnectionPool) and is_connection_failure(
                     exc, conn
                 )

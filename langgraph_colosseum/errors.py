@@ -6,9 +6,18 @@ path) and what to do about it.
 
 from __future__ import annotations
 
+from langgraph_colosseum._redact import redact
+
 
 class ColosseumError(Exception):
-    """Base class of every error raised by langgraph-colosseum."""
+    """Base class of every error raised by langgraph-colosseum.
+
+    Its text never shows a password: a URL or DSN quoted in a message is
+    redacted (`postgresql://app:***@db/prod`).
+    """
+
+    def __str__(self) -> str:
+        return redact(super().__str__())
 
 
 class CodecError(ColosseumError):
@@ -89,6 +98,33 @@ class CorruptRowError(ColosseumError):
 
 class SchemaError(ColosseumError):
     """The database schema is missing, or newer than this code understands."""
+
+
+class SchemaMissingError(SchemaError):
+    """The database has no Colosseum tables yet (`setup()` was never run on it)."""
+
+    def __init__(self, detail: str) -> None:
+        super().__init__(
+            f"the Colosseum tables do not exist in this database ({detail}). Create them "
+            "once: run saver.setup() (await saver.setup() on the async saver), or "
+            "`colosseum migrate` with the same database URL."
+        )
+
+
+class DatabaseUnavailableError(ColosseumError):
+    """Postgres cannot be reached: a wrong URL, a server that is down, or wrong credentials.
+
+    The message quotes the server's (or libpq's) own reason; the password is
+    never shown.
+    """
+
+    def __init__(self, target: str, reason: str, hint: str = "") -> None:
+        self.target = redact(target)
+        self.reason = redact(reason)
+        super().__init__(
+            f"cannot connect to Postgres at {self.target}: {self.reason.strip()}"
+            + (f". {hint}" if hint else "")
+        )
 
 
 class SchemaVersionError(SchemaError):

@@ -27,9 +27,12 @@ from langgraph_colosseum._driver import (
     RETRIES_ON_BROKEN_CONNECTION,
     RETRIES_ON_CONFLICT,
     conflict_pause,
+    connection_kwargs,
     is_connection_failure,
     logger,
+    never_connected,
     perform,
+    probe,
 )
 from langgraph_colosseum.cache import RedisCache, client_from_url
 from langgraph_colosseum.embedded import servers
@@ -79,6 +82,9 @@ class ColosseumSaver(ColosseumSaverBase[Threads]):
             cache_prefix=cache_prefix,
         )
         self.conn = conn
+        # Set once a connection was had: only then is a failure to get one an
+        # outage worth retrying, rather than a wrong URL to report.
+        self._connected = False
         # One connection runs one statement at a time; a pool needs no lock.
         self._conn_lock = None if isinstance(conn, ConnectionPool) else threading.Lock()
 
@@ -91,9 +97,15 @@ class ColosseumSaver(ColosseumSaverBase[Threads]):
         pool_size: int | None = None,
         serde: SerializerProtocol | None = None,
         redis_url: str | None = None,
+        connect_timeout: float | None = None,
         **options: Any,
     ) -> Iterator[ColosseumSaver]:
         """A saver on its own connection pool (and Redis client), closed on exit.
+
+        A URL that is not a connection string raises InvalidConfigError; a
+        server that cannot be reached (or refuses the database, role or
+        password) raises DatabaseUnavailableError with its reason, within
+        `connect_timeout` seconds (default 5; else the URL's own).
 
         Example:
             >>> with ColosseumSaver.from_conn_string(
@@ -101,11 +113,14 @@ class ColosseumSaver(ColosseumSaverBase[Threads]):
             ... ) as saver:
             ...     graph = builder.compile(checkpointer=saver)
         """
+        # A wrong URL fails here, within `connect_timeout`, with the server's reason.
+        kwargs = connection_kwargs(conn_string, connect_timeout)
+        probe(conn_string, kwargs)
         with ConnectionPool(
             conn_string,
             min_size=1,
             max_size=pool_size or DEFAULT_POOL_SIZE,
-            kwargs={"autocommit": True},
+            kwargs=kwargs,
             open=True,
         ) as pool:
             client = client_from_url(redis_url) if redis_url else None
@@ -185,6 +200,7 @@ class ColosseumSaver(ColosseumSaverBase[Threads]):
             conn = None
             try:
                 with self._connection() as conn:
+                    self._connected = True
                     return perform(conn, request)
             except CONFLICTS:
                 conflicts += 1
@@ -192,6 +208,8 @@ class ColosseumSaver(ColosseumSaverBase[Threads]):
                     raise
                 time.sleep(conflict_pause(conflicts))
             except psycopg.OperationalError as exc:
+                if conn is None and not self._connected:
+                    raise never_connected(self.conn, exc) from None
                 retry = isinstance(self.conn, ConnectionPool) and is_connection_failure(exc, conn)
                 broken += 1
                 if not retry or broken > RETRIES_ON_BROKEN_CONNECTION:
