@@ -433,7 +433,8 @@ class HotHead:
         args = [
             self.ttl_ms, checkpoint_ns, seq, checkpoint_id,
             _head(checkpoint_id, parent_id, document, metadata),
-            flat_versions(_document_versions(document)), pack(writes), *_row_args(rows),
+            flat_versions(_document_versions(document)), _lua_string_map(writes),
+            *_row_args(rows),
         ]  # fmt: skip
         return CacheCall("refill", self.thread_key(thread_id), tuple(args))
 
@@ -494,6 +495,32 @@ class HotHead:
             for i in range(0, len(rows), 4)
         ]
         return seq, Head(row, value_rows), False
+
+
+def _lua_string_map(items: Mapping[str, bytes]) -> bytes:
+    """A msgpack map of byte strings packed as msgpack `str`, which Lua's cmsgpack reads.
+
+    cmsgpack knows no `bin` type, and ormsgpack packs bytes as `bin`: a head
+    refilled with pending writes packed by ormsgpack failed every READ after it
+    ("Bad data format in input"). Lua strings are bytes, so `str` carries them whole.
+    """
+    out = bytearray(_msgpack_header(len(items), 0x80, 16, 0xDE))
+    for key, value in items.items():
+        for part in (key.encode(), value):
+            out += _msgpack_header(len(part), 0xA0, 32, 0xDA, str8=True)
+            out += part
+    return bytes(out)
+
+
+def _msgpack_header(n: int, fix: int, fix_limit: int, first16: int, str8: bool = False) -> bytes:
+    """A map (0x80 / 0xde / 0xdf) or str (0xa0 / 0xd9 / 0xda / 0xdb) header for `n` items."""
+    if n < fix_limit:
+        return bytes([fix | n])
+    if str8 and n < 0x100:
+        return bytes([0xD9, n])
+    if n < 0x10000:
+        return bytes([first16]) + n.to_bytes(2, "big")
+    return bytes([first16 + 1]) + n.to_bytes(4, "big")
 
 
 def _head(checkpoint_id: str, parent_id: str | None, document: str, metadata: str) -> bytes:

@@ -175,6 +175,23 @@ def test_a_hit_makes_no_postgres_round_trip(pg_url: str, cache_client: Any) -> N
             assert CountingCursor.statements == before
 
 
+def test_a_head_refilled_with_pending_writes_is_served_by_redis(
+    pg_url: str, cache_client: Any, truth: ColosseumSaver
+) -> None:
+    """An interrupted thread's head (pending writes) read after Redis lost it: the
+    refill must be readable. It once packed the writes as msgpack `bin`, which
+    Lua's cmsgpack cannot read: every READ of that head then failed."""
+    with worker(pg_url, cache_client) as saver:
+        graph = fanout_graph(saver)
+        graph.invoke({"votes": []}, thread("refilled"))
+        cache_client.delete(f"{PREFIX}{{refilled}}")  # lost: evicted, expired, flushed
+        with worker(pg_url, cache_client) as reader:
+            assert_fresh(reader, truth, "refilled")  # a miss, then the refill
+            before = CountingCursor.statements
+            assert_fresh(reader, truth, "refilled")
+            assert CountingCursor.statements == before, "the refilled head was not served"
+
+
 def test_two_workers_interleaving_never_read_stale(
     pg_url: str, cache_client: Any, truth: ColosseumSaver
 ) -> None:

@@ -1,0 +1,221 @@
+"""The mutation check of the concurrency guards: `python -m tests.guards`.
+
+A guard is a clause that only matters when workers interleave in one order
+(the lease condition of a tool claim, the compare in a Lua script, ...). The
+suite can pass for months with a guard deleted. This script deletes each guard
+in turn, in a temporary copy of the tree, runs the tests that claim to hold it,
+and reports which mutants those tests killed. A survivor means the guard has
+no test: the script exits non-zero.
+
+Each entry of GUARDS names the file, the exact text of the clause, the text
+that replaces it (the guard removed), and the pytest node ids that must fail.
+The text must occur exactly once in its file: an entry whose text was edited
+away is reported as an error, so the table cannot rot silently.
+
+Usage (from the repository root, with the dev extra installed):
+
+    python -m tests.guards                 # every guard
+    python -m tests.guards --check         # only that every entry's text is found once
+    python -m tests.guards -k ledger       # the guards whose name contains "ledger"
+    python -m tests.guards --timeout 300   # seconds per mutant's test run
+
+The tests run against the same Postgres / Redis as the suite (see tests/conftest.py).
+Adding a guard: append a `Guard`; run `python -m tests.guards -k <its name>`.
+"""
+
+from __future__ import annotations
+
+import argparse
+import os
+import shutil
+import subprocess
+import sys
+import tempfile
+import time
+from dataclasses import dataclass
+from pathlib import Path
+
+ROOT = Path(__file__).resolve().parents[1]
+GUARD_TESTS = "tests/integration/test_guards.py"
+
+
+@dataclass(frozen=True)
+class Guard:
+    name: str
+    file: str  # relative to the repository root
+    original: str  # the guard clause, exactly as in the file (found exactly once)
+    mutant: str  # what replaces it: the same code without the guard
+    tests: tuple[str, ...]  # pytest node ids; at least one must fail on the mutant
+
+
+GUARDS: list[Guard] = [
+    Guard(
+        name="hot head: an older advance never replaces a newer head",
+        file="langgraph_colosseum/_core/hot.py",
+        original="if id < current then return 0 end  -- a slower worker: the head is already newer",
+        mutant="-- (guard removed)",
+        tests=(f"{GUARD_TESTS}::test_an_older_advance_never_replaces_a_newer_head",),
+    ),
+    Guard(
+        name="hot head: a refill compares the mutation counter",
+        file="langgraph_colosseum/_core/hot.py",
+        original="if redis.call('HGET', key, 'seq') ~= ARGV[3] then return 0 end",
+        mutant="-- (guard removed)",
+        tests=(f"{GUARD_TESTS}::test_a_refill_loses_to_a_write_in_between",),
+    ),
+    Guard(
+        name="hot head: every write bumps the mutation counter",
+        file="langgraph_colosseum/_core/hot.py",
+        original="redis.call('HINCRBY', key, 'seq', 1)",
+        mutant="-- (guard removed)",
+        tests=(f"{GUARD_TESTS}::test_a_refill_loses_to_a_write_in_between",),
+    ),
+]
+
+# Copied into the temporary tree: what the tests import and read.
+_IGNORED = shutil.ignore_patterns(
+    ".git", ".venv", "__pycache__", ".pytest_cache", ".ruff_cache", ".mypy_cache", "*.pyc",
+    "results", "node_modules",
+)  # fmt: skip
+
+
+@dataclass
+class Outcome:
+    guard: Guard
+    result: str  # killed | survived | error
+    seconds: float
+    detail: str = ""
+
+
+def check_texts(root: Path = ROOT, guards: list[Guard] = GUARDS) -> list[str]:
+    """Problems with the table: a guard text missing, or found more than once."""
+    problems = []
+    for guard in guards:
+        path = root / guard.file
+        if not path.exists():
+            problems.append(f"{guard.name}: {guard.file} does not exist")
+            continue
+        count = path.read_text().count(guard.original)
+        if count != 1:
+            problems.append(
+                f"{guard.name}: its text occurs {count} times in {guard.file} (must be once): "
+                f"{guard.original!r}"
+            )
+        if guard.original == guard.mutant:
+            problems.append(f"{guard.name}: the mutant equals the original")
+        if not guard.tests:
+            problems.append(f"{guard.name}: no tests named")
+    return problems
+
+
+def _pytest(tree: Path, tests: tuple[str, ...], timeout: float) -> tuple[int | None, str]:
+    """(exit code, or None on timeout; the output's tail) of pytest on `tests` in `tree`."""
+    env = {**os.environ, "PYTHONPATH": str(tree), "PYTHONDONTWRITEBYTECODE": "1"}
+    command = [
+        sys.executable, "-m", "pytest", "-x", "-q", "--tb=short", "-p", "no:cacheprovider", *tests,
+    ]  # fmt: skip
+    try:
+        done = subprocess.run(
+            command, cwd=tree, env=env, capture_output=True, text=True, timeout=timeout
+        )
+    except subprocess.TimeoutExpired as exc:
+        out = exc.stdout.decode(errors="replace") if isinstance(exc.stdout, bytes) else ""
+        return None, out[-2000:]
+    return done.returncode, (done.stdout + done.stderr)[-2000:]
+
+
+def _failures(output: str) -> str:
+    """The short summary lines (FAILED / ERROR ...) of a pytest run: why it was killed."""
+    return "\n".join(line for line in output.splitlines() if line.startswith(("FAILED ", "ERROR ")))
+
+
+def _imports_from(tree: Path) -> Path:
+    """Where `langgraph_colosseum` is imported from when the tests run in `tree`."""
+    env = {**os.environ, "PYTHONPATH": str(tree)}
+    out = subprocess.run(
+        [sys.executable, "-c", "import langgraph_colosseum; print(langgraph_colosseum.__file__)"],
+        cwd=tree, env=env, capture_output=True, text=True, check=True,
+    ).stdout.strip()  # fmt: skip
+    return Path(out).resolve()
+
+
+def run(guards: list[Guard], timeout: float) -> list[Outcome]:
+    outcomes: list[Outcome] = []
+    with tempfile.TemporaryDirectory(prefix="colosseum-guards-") as tmp:
+        tree = Path(tmp) / "tree"
+        shutil.copytree(ROOT, tree, ignore=_IGNORED)
+        package = _imports_from(tree)
+        if not package.is_relative_to(tree.resolve()):
+            raise SystemExit(f"the copy imports langgraph_colosseum from {package}, not {tree}")
+        # The tests must pass before anything is removed, or every mutant looks killed.
+        baseline = tuple(dict.fromkeys(t for g in guards for t in g.tests))
+        started = time.monotonic()
+        code, tail = _pytest(tree, baseline, timeout * max(1, len(guards)))
+        print(f"baseline: {len(baseline)} test ids, exit {code}, {time.monotonic() - started:.1f}s")
+        if code != 0:
+            raise SystemExit(f"the guard tests fail without any mutation:\n{tail}")
+        for guard in guards:
+            path = tree / guard.file
+            text = path.read_text()
+            path.write_text(text.replace(guard.original, guard.mutant, 1))
+            started = time.monotonic()
+            try:
+                code, tail = _pytest(tree, guard.tests, timeout)
+            finally:
+                path.write_text(text)
+            seconds = time.monotonic() - started
+            if code == 0:
+                outcome = Outcome(guard, "survived", seconds, tail)
+            elif code == 1:
+                outcome = Outcome(guard, "killed", seconds, _failures(tail))
+            elif code is None:
+                outcome = Outcome(guard, "killed", seconds, f"timed out after {timeout}s")
+            else:  # 2 interrupted, 3 internal error, 4 usage, 5 nothing collected
+                outcome = Outcome(guard, "error", seconds, f"pytest exit {code}\n{tail}")
+            print(f"  {outcome.result:8} {seconds:6.1f}s  {guard.name}", flush=True)
+            outcomes.append(outcome)
+    return outcomes
+
+
+def report(outcomes: list[Outcome]) -> str:
+    lines = ["| guard | file | tests | result | seconds |", "|---|---|---|---|---|"]
+    for o in outcomes:
+        tests = "<br>".join(t.split("::", 1)[-1] for t in o.guard.tests)
+        result = o.result + (f" ({o.detail})" if o.detail.startswith("timed out") else "")
+        lines.append(f"| {o.guard.name} | {o.guard.file} | {tests} | {result} | {o.seconds:.1f} |")
+    return "\n".join(lines)
+
+
+def main(argv: list[str] | None = None) -> int:
+    parser = argparse.ArgumentParser(
+        prog="python -m tests.guards", description=__doc__.split("\n")[0]
+    )
+    parser.add_argument("-k", dest="select", help="only the guards whose name contains this")
+    parser.add_argument("--check", action="store_true", help="only check the table's texts")
+    parser.add_argument("--timeout", type=float, default=180.0, help="seconds per mutant")
+    args = parser.parse_args(argv)
+    guards = [g for g in GUARDS if not args.select or args.select.lower() in g.name.lower()]
+    if not guards:
+        print(f"no guard matches {args.select!r}")
+        return 2
+    problems = check_texts(ROOT, guards)
+    for problem in problems:
+        print(f"error: {problem}")
+    if problems:
+        return 2
+    if args.check:
+        print(f"{len(guards)} guard texts found, each exactly once")
+        return 0
+    outcomes = run(guards, args.timeout)
+    print()
+    print(report(outcomes))
+    for o in outcomes:
+        print(f"\n{o.result}: {o.guard.name}\n{o.detail}")
+    survived = sum(o.result == "survived" for o in outcomes)
+    errors = sum(o.result == "error" for o in outcomes)
+    print(f"\n{len(outcomes) - survived - errors} killed, {survived} survived, {errors} errors")
+    return 0 if survived == errors == 0 else 1
+
+
+if __name__ == "__main__":
+    sys.exit(main())
