@@ -190,3 +190,32 @@ class ThreadBusyError(ColosseumError):
             f"thread {thread_id!r} is busy: another run holds it{detail}. Wait for it "
             "(run_guard(..., on_busy='wait')) or try again later."
         )
+
+
+class StoreError(ColosseumError):
+    """An operation of the long-term memory Store (`ColosseumStore`) cannot be done."""
+
+
+class StoreValueError(StoreError):
+    """An item's value cannot be stored as typed jsonb, or read back.
+
+    Nothing was written for the batch that carried it.
+    """
+
+    def __init__(self, namespace: tuple[str, ...], key: str, cause: BaseException) -> None:
+        self.namespace = namespace
+        self.key = key
+        path = getattr(cause, "path", "$")
+        super().__init__(
+            f"item {key!r} in namespace {namespace!r}: the value at path {path} cannot be "
+            f"stored as typed jsonb ({cause}). Nothing was written. Store plain JSON, or "
+            "register the class with the store's `types=`."
+        )
+
+
+class StoreFilterError(StoreError, ValueError):
+    """A search `filter=` uses an operator or an operand the Store does not support."""
+
+
+class PgvectorUnavailableError(SchemaError):
+    """The Store was configured with `index=`, and the server has no pgvector."""
