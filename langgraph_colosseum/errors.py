@@ -24,8 +24,13 @@ class CodecError(ColosseumError):
     """A value cannot be encoded to, or decoded from, the typed jsonb form."""
 
     def __init__(self, message: str, *, path: str = "$") -> None:
+        self.message = message
         self.path = path
         super().__init__(f"{message} (at value path {path})")
+
+    def under(self, segment: str) -> CodecError:
+        """The same error for a value found at `segment` of an enclosing one."""
+        return type(self)(self.message, path="$" + segment + self.path[1:])
 
 
 class UnsupportedValueError(CodecError):
@@ -82,13 +87,16 @@ class CorruptRowError(ColosseumError):
         *,
         thread_id: str,
         checkpoint_ns: str,
-        checkpoint_id: str,
+        checkpoint_id: str | None,
         channel: str | None,
         cause: BaseException,
     ) -> None:
         self.thread_id = thread_id
         self.checkpoint_id = checkpoint_id
         self.channel = channel
+        if checkpoint_id is None:  # not a checkpoint's row: the thread's registry row
+            super().__init__(f"cannot load the registry row of thread {thread_id!r}: {cause}")
+            return
         part = f"channel {channel!r} of " if channel else ""
         ns = f", namespace {checkpoint_ns!r}" if checkpoint_ns else ""
         super().__init__(

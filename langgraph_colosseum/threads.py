@@ -43,6 +43,12 @@ class Threads:
     def _run(self, op: io.Operation[Any]) -> Any:
         return self._saver._run(op)
 
+    @property
+    def skipped_rows(self) -> int:
+        """How many unreadable registry rows `search` has left out so far (each is
+        also logged as a warning on the "langgraph_colosseum" logger)."""
+        return self._saver._store.unreadable_rows.count
+
     def get(self, thread_id: str) -> ThreadInfo | None:
         return self._run(ops.get(thread_id, self._saver._store.codec))
 
@@ -59,7 +65,7 @@ class Threads:
         return self._run(
             ops.search(
                 self._saver._store.codec, metadata=metadata, values=values, status=status,
-                limit=limit, offset=offset,
+                limit=limit, offset=offset, unreadable=self._saver._store.unreadable_rows,
             )
         )  # fmt: skip
 
@@ -100,6 +106,11 @@ class AsyncThreads:
     async def _run(self, op: io.Operation[Any]) -> Any:
         return await self._saver._arun(op)
 
+    @property
+    def skipped_rows(self) -> int:
+        """How many unreadable registry rows `search` has left out so far."""
+        return self._saver._store.unreadable_rows.count
+
     async def get(self, thread_id: str) -> ThreadInfo | None:
         return await self._run(ops.get(thread_id, self._saver._store.codec))
 
@@ -115,7 +126,7 @@ class AsyncThreads:
         return await self._run(
             ops.search(
                 self._saver._store.codec, metadata=metadata, values=values, status=status,
-                limit=limit, offset=offset,
+                limit=limit, offset=offset, unreadable=self._saver._store.unreadable_rows,
             )
         )  # fmt: skip
 

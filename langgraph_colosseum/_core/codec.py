@@ -240,6 +240,11 @@ def _is_plain_key(key: Any) -> bool:
     return type(key) is str and key != TAG and _encode_str(key) is key
 
 
+def is_object_key(key: Any) -> bool:
+    """Whether `key` can be a jsonb object key as it is (no NUL, no lone surrogate)."""
+    return type(key) is str and _encode_str(key) is key
+
+
 def _encode_fields(fields: dict[str, Any], registry: TypeRegistry, prefix: str = ".") -> dict:
     """A dict whose keys are known to be plain (attribute names, plain dict keys)."""
     out = {}

@@ -32,9 +32,11 @@ from langgraph.checkpoint.serde.types import ERROR, INTERRUPT
 
 from langgraph_colosseum._core import schema, shapes, sql
 from langgraph_colosseum._core.bases import DEFAULT_MAX_BYTES, BaseCache, ChannelKey
+from langgraph_colosseum._core.codec import is_object_key
 from langgraph_colosseum._core.guard import RUN_OWNER
 from langgraph_colosseum._core.hot import HotHead, pack_write, write_field
 from langgraph_colosseum._core.io import CACHE_UNAVAILABLE, Emit, Operation, Query, Transaction
+from langgraph_colosseum._core.threads import UnreadableRows
 from langgraph_colosseum._core.values import (
     DELTA_ENCODINGS,
     EMPTY,
@@ -124,6 +126,7 @@ class CheckpointStore:
         self.seeds = ValueMemo(base_cache_bytes)
         self.thread_ttl: timedelta | None = None  # set by Retention (threads.py)
         self.hot: HotHead | None = None  # the Redis hot head, when a cache is configured
+        self.unreadable_rows = UnreadableRows()  # registry rows `threads.search` skipped
 
     def with_codec(self, codec: ValueCodec) -> CheckpointStore:
         """The same store reading and writing through `codec`, with caches of its own:
@@ -520,7 +523,8 @@ class CheckpointStore:
         run_metadata = {
             k: v
             for k, v in (config.get("metadata") or {}).items()
-            if not k.startswith("__")
+            if is_object_key(k)
+            and not k.startswith("__")
             and k not in EXCLUDED_METADATA_KEYS
             and type(v) in (str, int, float, bool)
         }
@@ -541,7 +545,7 @@ class CheckpointStore:
                     values_del.append(channel)
         return {
             "run_owner": RUN_OWNER.get(),
-            "run_metadata": self.codec.dump_json(run_metadata),
+            "run_metadata": self.codec.dump_object(run_metadata),
             "values_set": orjson.dumps(values_set).decode(),
             "values_del": values_del,
             "ttl": self.thread_ttl,

@@ -6,7 +6,9 @@ The registry row is written by `put` / `put_writes` in their own statements
 
 from __future__ import annotations
 
-from collections.abc import Mapping, Sequence
+import logging
+import threading
+from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass
 from datetime import datetime, timedelta
 from typing import Any, Literal
@@ -16,7 +18,9 @@ from langgraph.checkpoint.serde.types import TASKS
 
 from langgraph_colosseum._core.io import Operation, Query, Sleep
 from langgraph_colosseum._core.values import ValueCodec
-from langgraph_colosseum.errors import ThreadBusyError
+from langgraph_colosseum.errors import CodecError, CorruptRowError, ThreadBusyError
+
+logger = logging.getLogger("langgraph_colosseum")
 
 _THREAD_COLUMNS = """
     thread_id, status, created_at, updated_at, metadata::text, state_values::text,
@@ -158,12 +162,34 @@ class AuditEntry:
     created_at: str  # that checkpoint's timestamp (ISO 8601)
 
 
+class UnreadableRows:
+    """Counts (and logs) the registry rows a listing left out because they
+    cannot be read: one tampered or corrupt row must not fail every caller's
+    `search`. Shared by every `saver.threads` of one saver."""
+
+    def __init__(self) -> None:
+        self.count = 0
+        self._lock = threading.Lock()
+
+    def __call__(self, error: CorruptRowError) -> None:
+        with self._lock:
+            self.count += 1
+        logger.warning("thread search skipped a registry row: %s", error)
+
+
 def _thread(row: tuple, codec: ValueCodec) -> ThreadInfo:
+    """A registry row as a ThreadInfo; CorruptRowError naming the thread if unreadable."""
     thread_id, status, created, updated, metadata, values, head, expires = row
+    try:
+        decoded_metadata = codec.load_object(metadata)
+        decoded_values = codec.load_object(values)
+    except CodecError as exc:
+        raise CorruptRowError(
+            thread_id=thread_id, checkpoint_ns="", checkpoint_id=None, channel=None, cause=exc
+        ) from exc
     return ThreadInfo(
-        thread_id, status, created, updated, codec.load_json(metadata),
-        codec.load_json(values), head, expires,
-    )  # fmt: skip
+        thread_id, status, created, updated, decoded_metadata, decoded_values, head, expires
+    )
 
 
 def get(thread_id: str, codec: ValueCodec) -> Operation[ThreadInfo | None]:
@@ -179,24 +205,32 @@ def search(
     status: str | None = None,
     limit: int = 10,
     offset: int = 0,
+    unreadable: Callable[[CorruptRowError], None] | None = None,
 ) -> Operation[list[ThreadInfo]]:
+    """Matching threads; a row that cannot be read is left out and reported to
+    `unreadable` (a short page then), never raised."""
     rows = yield Query(
         SEARCH,
         {
-            "metadata": codec.dump_json(dict(metadata)) if metadata else None,
-            "values": codec.dump_json(dict(values)) if values else None,
+            "metadata": codec.dump_object(metadata, filter=True) if metadata else None,
+            "values": codec.dump_object(values, filter=True) if values else None,
             "status": status,
             "limit": limit,
             "offset": offset,
         },
     )
-    return [_thread(row, codec) for row in rows]
+    found = []
+    for row in rows:
+        try:
+            found.append(_thread(row, codec))
+        except CorruptRowError as exc:
+            if unreadable is not None:
+                unreadable(exc)
+    return found
 
 
 def update(thread_id: str, metadata: Mapping[str, Any], codec: ValueCodec) -> Operation[ThreadInfo]:
-    rows = yield Query(
-        UPDATE, {"thread_id": thread_id, "metadata": codec.dump_json(dict(metadata))}
-    )
+    rows = yield Query(UPDATE, {"thread_id": thread_id, "metadata": codec.dump_object(metadata)})
     return _thread(rows[0], codec)
 
 

@@ -16,7 +16,7 @@ import datetime as dt
 import threading
 import uuid
 from collections import OrderedDict
-from collections.abc import Iterable
+from collections.abc import Iterable, Mapping
 from copy import deepcopy
 from decimal import Decimal
 from typing import Any, NamedTuple
@@ -26,7 +26,7 @@ from langgraph.checkpoint.serde.base import SerializerProtocol
 from langgraph.checkpoint.serde.encrypted import EncryptedSerializer
 
 from langgraph_colosseum._core import shapes
-from langgraph_colosseum._core.codec import TypeRegistry
+from langgraph_colosseum._core.codec import TypeRegistry, is_object_key
 from langgraph_colosseum.errors import (
     CodecError,
     CorruptRowError,
@@ -143,6 +143,44 @@ class ValueCodec:
 
     def load_json(self, text: str | None) -> Any:
         return self.registry.decode(orjson.loads(text or "null"))
+
+    def dump_object(self, mapping: Mapping[str, Any], *, filter: bool = False) -> str:
+        """A JSON object whose keys are the mapping's own, each value typed-codec data.
+
+        For rows that SQL merges key by key (``||``) or matches by containment
+        (``@>``), such as the thread registry: the object itself is never a
+        tagged form, so a key spelled like the tag ("$t") is only a key, and one
+        merged row can never hide or break the others' keys. A `filter` (the
+        right side of ``@>``) leaves out what containment must not compare.
+        """
+        out = {}
+        for key, value in mapping.items():
+            if not is_object_key(key):
+                raise UnsupportedValueError(
+                    f"a key must be a string without NUL or lone surrogates, got {key!r}",
+                    path=f"$[{key!r}]",
+                )
+            try:
+                out[key] = self.registry.encode(value)
+            except CodecError as exc:
+                raise exc.under(f".{key}") from None
+        return orjson.dumps(out).decode()
+
+    def load_object(self, text: str | None) -> dict[str, Any]:
+        """The mapping `dump_object` wrote; `CodecError` (with the path) if it is not one."""
+        try:
+            data = orjson.loads(text or "{}")
+        except orjson.JSONDecodeError as exc:
+            raise CodecError(f"not readable JSON: {exc}") from None
+        if type(data) is not dict:
+            raise CodecError(f"expected a JSON object, found {type(data).__name__}")
+        out = {}
+        for key, value in data.items():
+            try:
+                out[key] = self.registry.decode(value)
+            except CodecError as exc:
+                raise exc.under(f".{key}") from None
+        return out
 
 
 def not_storable(where: Where, path: str, cause: BaseException) -> ValueNotStorableError:

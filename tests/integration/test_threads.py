@@ -36,7 +36,7 @@ from langgraph.types import Command, Send, interrupt
 from typing_extensions import TypedDict
 
 from langgraph_colosseum import AsyncColosseumSaver, ColosseumSaver
-from langgraph_colosseum.errors import ThreadBusyError
+from langgraph_colosseum.errors import CorruptRowError, ThreadBusyError
 from langgraph_colosseum.threads import AuditEntry, ThreadInfo
 from tests.integration.processes import sigkill, spawn
 
@@ -968,3 +968,95 @@ async def test_delete_async(asaver: AsyncColosseumSaver, pg_url: str) -> None:
     assert registry_rows(pg_url, "adel-1") == 0
     assert counts(pg_url, "adel-1") == (0, 0, 0)
     assert [c async for c in asaver.alist(cfg("adel-1"))] == []
+
+
+# ============================================= 8. registry rows are plain JSON
+
+
+def _tamper_registry(url: str, tid: str, metadata: str) -> None:
+    """Overwrite a registry row's metadata as someone with table access could."""
+    with psycopg.connect(url, autocommit=True) as conn:
+        conn.execute(
+            "UPDATE colosseum_threads SET metadata = %s::jsonb WHERE thread_id = %s",
+            (metadata, tid),
+        )
+
+
+# Run metadata spelled like the codec's tag, then a run whose metadata fills
+# the rest of a tagged form: stored through the codec, the first hid the
+# thread's other metadata and the second made every search fail.
+TAG_RUNS = [{"desk": "equities"}, {"$t": "x"}, {"v": 1}, {"$t": "dict"}]
+TAG_METADATA = {"desk": "equities", "$t": "dict", "v": 1}
+
+
+def test_run_metadata_spelled_like_a_tag_sync(saver: ColosseumSaver) -> None:
+    graph = ticker_graph(saver)
+    graph.invoke({"ticker": "IBM"}, cfg("tag-other", desk="equities"))
+    for metadata in TAG_RUNS:
+        graph.invoke({"ticker": "AAPL"}, cfg("tag-1", **metadata))
+        assert "tag-1" in ids(saver.threads.search(limit=100))
+    info = saver.threads.get("tag-1")
+    assert info is not None and info.metadata == TAG_METADATA
+    assert set(ids(saver.threads.search(metadata={"desk": "equities"}))) == {"tag-1", "tag-other"}
+    assert ids(saver.threads.search(metadata={"$t": "dict"})) == ["tag-1"]
+    assert ids(saver.threads.search(metadata={"v": 1, "desk": "equities"})) == ["tag-1"]
+    # update merges the same way
+    updated = saver.threads.update("tag-1", metadata={"$t": {"nested": [1, 2]}})
+    assert updated.metadata == {**TAG_METADATA, "$t": {"nested": [1, 2]}}
+    assert ids(saver.threads.search(metadata={"$t": {"nested": [1, 2]}})) == ["tag-1"]
+
+
+async def test_run_metadata_spelled_like_a_tag_async(asaver: AsyncColosseumSaver) -> None:
+    graph = ticker_graph(asaver)
+    await graph.ainvoke({"ticker": "IBM"}, cfg("atag-other", desk="equities"))
+    for metadata in TAG_RUNS:
+        await graph.ainvoke({"ticker": "AAPL"}, cfg("atag-1", **metadata))
+        assert "atag-1" in ids(await asaver.threads.search(limit=100))
+    info = await asaver.threads.get("atag-1")
+    assert info is not None and info.metadata == TAG_METADATA
+    found = await asaver.threads.search(metadata={"desk": "equities"})
+    assert set(ids(found)) == {"atag-1", "atag-other"}
+    assert ids(await asaver.threads.search(metadata={"$t": "dict"})) == ["atag-1"]
+
+
+# An allowlist miss, a malformed tag, and a value that is not an object at all.
+TAMPERED = [
+    '{"desk": "equities", "k": {"$t": "model", "cls": "os:system", "v": {}}}',
+    '{"desk": "equities", "k": {"$t": "int", "v": "not a number"}}',
+    '["desk", "equities"]',
+]
+
+
+@pytest.mark.parametrize("metadata", TAMPERED)
+def test_tampered_registry_row_is_skipped_and_reported_sync(
+    saver: ColosseumSaver, pg_url: str, metadata: str, caplog: pytest.LogCaptureFixture
+) -> None:
+    graph = ticker_graph(saver)
+    for tid in ("bad-a", "bad-b", "bad-c"):
+        graph.invoke({"ticker": "AAPL"}, cfg(tid, desk="equities"))
+    _tamper_registry(pg_url, "bad-b", metadata)
+    with caplog.at_level("WARNING", logger="langgraph_colosseum"):
+        found = saver.threads.search(limit=100)
+    assert set(ids(found)) == {"bad-a", "bad-c"}
+    assert saver.threads.skipped_rows == 1  # a fresh saver: counted once
+    assert any("bad-b" in r.getMessage() for r in caplog.records), caplog.records
+    # Asked for by id, the row is an error naming the thread, not a silent gap.
+    with pytest.raises(CorruptRowError, match="bad-b"):
+        saver.threads.get("bad-b")
+    assert saver.threads.get("bad-a") is not None
+
+
+async def test_tampered_registry_row_is_skipped_and_reported_async(
+    asaver: AsyncColosseumSaver, pg_url: str, caplog: pytest.LogCaptureFixture
+) -> None:
+    graph = ticker_graph(asaver)
+    for tid in ("abad-a", "abad-b"):
+        await graph.ainvoke({"ticker": "AAPL"}, cfg(tid, desk="equities"))
+    _tamper_registry(pg_url, "abad-b", TAMPERED[0])
+    with caplog.at_level("WARNING", logger="langgraph_colosseum"):
+        found = await asaver.threads.search(metadata={"desk": "equities"}, limit=100)
+    assert ids(found) == ["abad-a"]
+    assert asaver.threads.skipped_rows == 1
+    assert any("abad-b" in r.getMessage() for r in caplog.records)
+    with pytest.raises(CorruptRowError, match="abad-b"):
+        await asaver.threads.get("abad-b")
