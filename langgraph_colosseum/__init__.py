@@ -1,6 +1,7 @@
 """langgraph-colosseum: production-grade memory for LangGraph agents.
 
-`ColosseumSaver` / `AsyncColosseumSaver` store every step in Postgres `jsonb`.
+`ColosseumSaver` / `AsyncColosseumSaver` store every step in Postgres `jsonb`;
+`ColosseumStore` / `AsyncColosseumStore` are the long-term memory `BaseStore`.
 """
 
 from langgraph_colosseum._core.codec import TypeRegistry
@@ -25,16 +26,19 @@ from langgraph_colosseum.errors import (
     UntrustedTypeError,
     ValueNotStorableError,
 )
+from langgraph_colosseum.memory import AsyncColosseumStore, ColosseumStore
 from langgraph_colosseum.saver import ColosseumSaver
 from langgraph_colosseum.threads import AuditEntry, ThreadInfo
 from langgraph_colosseum.tools import IdempotentToolNode, current_idempotency_key
 
 __all__ = [
     "AsyncColosseumSaver",
+    "AsyncColosseumStore",
     "AuditEntry",
     "CodecError",
     "ColosseumError",
     "ColosseumSaver",
+    "ColosseumStore",
     "CorruptRowError",
     "DatabaseUnavailableError",
     "IdempotentToolNode",
