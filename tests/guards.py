@@ -70,6 +70,58 @@ GUARDS: list[Guard] = [
         mutant="-- (guard removed)",
         tests=(f"{GUARD_TESTS}::test_a_refill_loses_to_a_write_in_between",),
     ),
+    Guard(
+        name="tool ledger: a claim is taken over only once its lease lapsed",
+        file="langgraph_colosseum/_core/ledger.py",
+        original="WHERE (t.status IN ('RUNNING', 'TIMED_OUT', 'PENDING') AND t.lease_until < now()",
+        mutant="WHERE (t.status IN ('RUNNING', 'TIMED_OUT', 'PENDING')",
+        tests=(f"{GUARD_TESTS}::test_a_live_claim_is_not_taken_over_by_a_retrying_resumer",),
+    ),
+    Guard(
+        name="run guard: release only by its owner",
+        file="langgraph_colosseum/_core/threads.py",
+        original="ELSE 'idle' END\nWHERE thread_id = %(thread_id)s AND run_owner = %(owner)s",
+        mutant="ELSE 'idle' END\nWHERE thread_id = %(thread_id)s",
+        tests=(f"{GUARD_TESTS}::test_a_stale_guard_holder_does_not_release_its_successor",),
+    ),
+    Guard(
+        name="sweep: a thread's rows are deleted only if it is still expired",
+        file="langgraph_colosseum/_core/sql.py",
+        original=(
+            "\n            AND thread_id IN (SELECT thread_id FROM colosseum_threads "
+            "WHERE expires_at < now())"
+        ),
+        mutant="",
+        tests=(f"{GUARD_TESTS}::test_the_sweep_spares_a_thread_written_after_it_was_chosen",),
+    ),
+    Guard(
+        name="sweep: a thread's registry row is deleted only if it is still expired",
+        file="langgraph_colosseum/_core/sql.py",
+        original='"AND expires_at < now()",',
+        mutant='"",',
+        tests=(f"{GUARD_TESTS}::test_the_sweep_spares_a_thread_written_after_it_was_chosen",),
+    ),
+    Guard(
+        name="sweep: deletes with the expiry re-check, not plain deletes",
+        file="langgraph_colosseum/_core/store.py",
+        original="deletes = sql.DELETE_EXPIRED_THREADS if only_expired else sql.DELETE_THREADS",
+        mutant="deletes = sql.DELETE_THREADS",
+        tests=(f"{GUARD_TESTS}::test_the_sweep_spares_a_thread_written_after_it_was_chosen",),
+    ),
+    Guard(
+        name="pending writes: sorted as writes_sort_key",
+        file="langgraph_colosseum/_core/store.py",
+        original="pending.sort(key=lambda p: p[0])",
+        mutant="pass",
+        tests=(f"{GUARD_TESTS}::test_pending_writes_come_back_in_the_order_inmemorysaver_gives",),
+    ),
+    Guard(
+        name="pending writes: idx is the write's place in its put_writes call",
+        file="langgraph_colosseum/_core/store.py",
+        original="WRITES_IDX_MAP.get(channel, i): (channel, value)",
+        mutant="WRITES_IDX_MAP.get(channel, len(writes) - 1 - i): (channel, value)",
+        tests=(f"{GUARD_TESTS}::test_pending_writes_come_back_in_the_order_inmemorysaver_gives",),
+    ),
 ]
 
 # Copied into the temporary tree: what the tests import and read.
@@ -109,7 +161,7 @@ def check_texts(root: Path = ROOT, guards: list[Guard] = GUARDS) -> list[str]:
 
 
 def _pytest(tree: Path, tests: tuple[str, ...], timeout: float) -> tuple[int | None, str]:
-    """(exit code, or None on timeout; the output's tail) of pytest on `tests` in `tree`."""
+    """(exit code, or None on timeout; the output) of pytest on `tests` in `tree`."""
     env = {**os.environ, "PYTHONPATH": str(tree), "PYTHONDONTWRITEBYTECODE": "1"}
     command = [
         sys.executable, "-m", "pytest", "-x", "-q", "--tb=short", "-p", "no:cacheprovider", *tests,
@@ -120,13 +172,16 @@ def _pytest(tree: Path, tests: tuple[str, ...], timeout: float) -> tuple[int | N
         )
     except subprocess.TimeoutExpired as exc:
         out = exc.stdout.decode(errors="replace") if isinstance(exc.stdout, bytes) else ""
-        return None, out[-2000:]
-    return done.returncode, (done.stdout + done.stderr)[-2000:]
+        return None, out
+    return done.returncode, done.stdout + done.stderr
 
 
 def _failures(output: str) -> str:
-    """The short summary lines (FAILED / ERROR ...) of a pytest run: why it was killed."""
-    return "\n".join(line for line in output.splitlines() if line.startswith(("FAILED ", "ERROR ")))
+    """Why a run failed: its FAILED / ERROR summary lines and the first `E` line of each."""
+    lines = output.splitlines()
+    reasons = [line.strip() for line in lines if line.startswith("E   ")][:3]
+    failed = [line for line in lines if line.startswith(("FAILED ", "ERROR "))]
+    return "\n".join(failed + reasons)
 
 
 def _imports_from(tree: Path) -> Path:
@@ -153,7 +208,7 @@ def run(guards: list[Guard], timeout: float) -> list[Outcome]:
         code, tail = _pytest(tree, baseline, timeout * max(1, len(guards)))
         print(f"baseline: {len(baseline)} test ids, exit {code}, {time.monotonic() - started:.1f}s")
         if code != 0:
-            raise SystemExit(f"the guard tests fail without any mutation:\n{tail}")
+            raise SystemExit(f"the guard tests fail without any mutation:\n{tail[-4000:]}")
         for guard in guards:
             path = tree / guard.file
             text = path.read_text()
@@ -165,13 +220,13 @@ def run(guards: list[Guard], timeout: float) -> list[Outcome]:
                 path.write_text(text)
             seconds = time.monotonic() - started
             if code == 0:
-                outcome = Outcome(guard, "survived", seconds, tail)
+                outcome = Outcome(guard, "survived", seconds, tail[-2000:])
             elif code == 1:
                 outcome = Outcome(guard, "killed", seconds, _failures(tail))
             elif code is None:
                 outcome = Outcome(guard, "killed", seconds, f"timed out after {timeout}s")
             else:  # 2 interrupted, 3 internal error, 4 usage, 5 nothing collected
-                outcome = Outcome(guard, "error", seconds, f"pytest exit {code}\n{tail}")
+                outcome = Outcome(guard, "error", seconds, f"pytest exit {code}\n{tail[-2000:]}")
             print(f"  {outcome.result:8} {seconds:6.1f}s  {guard.name}", flush=True)
             outcomes.append(outcome)
     return outcomes

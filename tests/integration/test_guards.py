@@ -13,17 +13,25 @@ checks that the test named next to it in its table fails (see tests/guards.py).
 
 from __future__ import annotations
 
+import contextvars
+import threading
 import uuid
 from collections.abc import Callable, Iterator
 from contextlib import contextmanager
+from datetime import timedelta
 from typing import Any
 
+import psycopg
 import pytest
+from langchain_core.tools import StructuredTool
 from langgraph.checkpoint.base import Checkpoint, empty_checkpoint
+from langgraph.checkpoint.memory import InMemorySaver
 
-from langgraph_colosseum import ColosseumSaver
+from langgraph_colosseum import ColosseumSaver, Retention, ThreadBusyError
 from langgraph_colosseum._core.io import CacheCall, Query, Request, Transaction
+from langgraph_colosseum._core.ledger import CLAIM
 from tests.conftest import CACHE_PREFIX, redis_url, truncate
+from tests.integration.tool_worker import START_INPUT, build_graph, ensure_witness, witness
 
 Hook = Callable[[Request], None]
 AfterHook = Callable[[Request, Any], None]
@@ -202,3 +210,221 @@ def test_a_refill_loses_to_a_write_in_between(pg_url: str, write: str) -> None:
             else:
                 assert found.checkpoint["id"] == steps.ids[0]
                 assert found.pending_writes == [("task-1", "x", "late")]
+
+
+# ------------------------------------------ 1. a live tool claim is not taken
+
+
+def test_a_live_claim_is_not_taken_over_by_a_retrying_resumer(pg_url: str) -> None:
+    """Two workers resume the same tools step with on_unknown="retry". Worker B
+    claims both payments while worker A is still running them (A's lease is live).
+    Held by CLAIM's `t.lease_until < now()`: B must wait for A's results, not
+    take the claims over and pay again."""
+    truncate(pg_url)
+    ensure_witness(pg_url)
+    thread_id = new_thread("live-claim")
+    config = {"configurable": {"thread_id": thread_id}}
+    calls = [("pay", {"amount": 1}), ("pay", {"amount": 2})]
+    started = {1: threading.Event(), 2: threading.Event()}
+    b_tried_both = threading.Event()
+    runs: dict[int, int] = {1: 0, 2: 0}
+    lock = threading.Lock()
+
+    def pay(tid: str, amount: int) -> str:
+        witness(pg_url, tid, "pay", f"paid {amount}")
+        with lock:
+            runs[amount] += 1
+            first = runs[amount] == 1
+        if first:  # worker A's run: still in flight until B has asked for both calls
+            started[amount].set()
+            assert b_tried_both.wait(30), "worker B never claimed both calls"
+        return f"paid {amount}"
+
+    tools = {"pay": StructuredTool.from_function(func=pay, name="pay", description="pay")}
+    node = {"on_unknown": "retry", "wait": timedelta(seconds=30)}
+    with worker(pg_url, hot=False) as a, worker(pg_url, hot=False) as b:
+        build_graph(a, tools, calls, interrupt_before=["tools"]).invoke(START_INPUT, config)
+        graph_a = build_graph(a, tools, calls, interrupt_before=["tools"], **node)
+        graph_b = build_graph(b, tools, calls, interrupt_before=["tools"], **node)
+
+        tried: set[str] = set()
+
+        def b_claimed(request: Request, result: Any) -> None:
+            if isinstance(request, Query) and request.sql is CLAIM:
+                tried.add(request.params["key"])  # type: ignore[index]
+                if len(tried) == 2:
+                    b_tried_both.set()
+
+        b.after = b_claimed
+        outcome_a: list[Any] = []
+        runner = threading.Thread(target=lambda: outcome_a.append(graph_a.invoke(None, config)))
+        runner.start()
+        for event in started.values():
+            assert event.wait(30), "worker A never started its payments"
+        state_b = graph_b.invoke(None, config)
+        runner.join(60)
+        assert not runner.is_alive()
+
+    notes = sorted(note for tid, note in _witnessed(pg_url, thread_id))
+    assert notes == ["paid 1", "paid 2"], f"each payment must run once: {notes}"
+    assert runs == {1: 1, 2: 1}
+    (state_a,) = outcome_a
+    for state in (state_a, state_b):  # both workers finish, with the same answers
+        answers = {m.tool_call_id: m.content for m in state["messages"] if m.type == "tool"}
+        assert answers == {"call-0-pay": "paid 1", "call-1-pay": "paid 2"}
+        assert state["messages"][-1].content == "done"
+    with psycopg.connect(pg_url, autocommit=True) as conn:
+        rows = conn.execute(
+            "SELECT tool_call_id, status, attempts FROM colosseum_tool_calls "
+            "WHERE thread_id = %s ORDER BY tool_call_id",
+            (thread_id,),
+        ).fetchall()
+    assert rows == [("call-0-pay", "SUCCESS", 1), ("call-1-pay", "SUCCESS", 1)]
+
+
+def _witnessed(url: str, thread_id: str) -> list[tuple[str, str]]:
+    with psycopg.connect(url, autocommit=True) as conn:
+        return conn.execute(
+            "SELECT thread_id, note FROM witness_tool_effects WHERE thread_id = %s AND tool = 'pay'",
+            (thread_id,),
+        ).fetchall()
+
+
+# ------------------------------------- 4. a stale holder cannot free its successor
+
+
+def test_a_stale_guard_holder_does_not_release_its_successor(pg_url: str) -> None:
+    """Holder A's lease lapses (A paused longer than its lease); B acquires; A
+    exits. Held by RELEASE's `run_owner = %(owner)s`: B still holds the thread, so
+    a third guard is refused and a write from outside B's run is fenced."""
+    truncate(pg_url)
+    thread_id = new_thread("stale-holder")
+    with worker(pg_url, hot=False) as saver:
+        # Each holder in its own context, as if in its own process: the guard
+        # sets RUN_OWNER for the code it wraps.
+        a_context, b_context = contextvars.Context(), contextvars.Context()
+        # A lease far longer than the test: A's renewals never run; it lapses
+        # only when the test says so.
+        holder_a = saver.run_guard(thread_id, lease=timedelta(hours=1))
+        a_context.run(holder_a.__enter__)
+        with psycopg.connect(pg_url, autocommit=True) as conn:
+            lapsed = conn.execute(
+                "UPDATE colosseum_threads SET run_lease_until = now() - interval '1 second' "
+                "WHERE thread_id = %s RETURNING 1",
+                (thread_id,),
+            ).fetchall()
+        assert lapsed == [(1,)]
+
+        holder_b = saver.run_guard(thread_id, lease=timedelta(hours=1))
+        token_b = b_context.run(holder_b.__enter__)
+        try:
+            assert token_b == 2
+            a_context.run(holder_a.__exit__, None, None, None)  # A wakes up and exits
+
+            with pytest.raises(ThreadBusyError):
+                with saver.run_guard(thread_id):
+                    pass
+            steps = Steps(thread_id)
+            with pytest.raises(ThreadBusyError):
+                steps.put(saver, "from outside the run")
+            b_context.run(steps.put, saver, "from B's run")
+        finally:
+            b_context.run(holder_b.__exit__, None, None, None)
+        with saver.run_guard(thread_id) as token_c:  # free once B let go
+            assert token_c == 3
+
+
+# ------------------------------ 5. the sweep spares a thread written meanwhile
+
+
+def test_the_sweep_spares_a_thread_written_after_it_was_chosen(pg_url: str) -> None:
+    """The sweep selects expired threads, then deletes them in a transaction. A
+    put between the two moves the thread's expiry. Held by the re-check of expiry
+    in DELETE_EXPIRED_THREADS (the rows the sweep locked are still expired): the
+    thread survives whole, every step of it, and its registry row."""
+    truncate(pg_url)
+    retention = Retention(thread_ttl=timedelta(hours=1))
+    live, idle = new_thread("sweep-live"), new_thread("sweep-idle")
+    live_steps, idle_steps = Steps(live), Steps(idle)
+    with (
+        worker(pg_url, hot=True, retention=retention) as sweeper,
+        worker(pg_url, hot=True, retention=retention) as writer,
+        worker(pg_url, hot=False) as truth,
+    ):
+        for i in range(3):
+            live_steps.put(writer, f"live {i}")
+            idle_steps.put(writer, f"idle {i}")
+        writer.get_tuple(latest(live))  # a hot head too: the sweep must not drop it wrongly
+        with psycopg.connect(pg_url, autocommit=True) as conn:
+            conn.execute(
+                "UPDATE colosseum_threads SET expires_at = now() - interval '1 minute' "
+                "WHERE thread_id = ANY(%s)",
+                ([live, idle],),
+            )
+
+        sweeper.before = hook = Once(
+            lambda request: isinstance(request, Transaction),
+            lambda: live_steps.put(writer, "live 3"),
+        )
+        sweeper.sweep()
+        assert hook.fired
+
+        assert truth.threads.get(idle) is None
+        assert list(truth.list(latest(idle))) == []
+        info = truth.threads.get(live)
+        assert info is not None and info.head_checkpoint_id == live_steps.ids[-1]
+        history = list(truth.list(latest(live)))
+        assert [t.checkpoint["id"] for t in history] == live_steps.ids[::-1]
+        assert [t.checkpoint["channel_values"] for t in history] == [
+            {"x": f"live {i}"} for i in (3, 2, 1, 0)
+        ]
+        found = writer.get_tuple(latest(live))
+        assert found is not None and found.checkpoint["id"] == live_steps.ids[-1]
+
+
+# ----------------------------------------------------- 6. pending-write order
+
+# Tasks whose ids sort opposite to their paths (writes are applied in path order,
+# as LangGraph's writes_sort_key says), several writes per call, a channel
+# written twice in one call, a task that calls put_writes twice (insert-if-absent:
+# the first call's slots stay) and a special channel whose last write wins.
+PUT_WRITES_CALLS: list[tuple[str, str, list[tuple[str, Any]]]] = [
+    ("task-c", "~__pregel_pull, alpha", [("messages", "a1"), ("x", 1), ("messages", "a2")]),
+    ("task-a", "~__pregel_pull, gamma", [("x", 3), ("messages", "g1"), ("y", {"k": [1, 2]})]),
+    ("task-d", "~__pregel_pull, beta", [("messages", "d1"), ("__error__", "first")]),
+    ("task-b", "~__pregel_push, 0, beta", [("messages", f"b{i}") for i in range(5)]),
+    ("task-c", "~__pregel_pull, alpha", [("messages", "again"), ("z", 0), ("w", 9), ("v", 8)]),
+    ("task-d", "~__pregel_pull, beta", [("__error__", "last")]),
+]
+
+
+@pytest.mark.parametrize("mode", ["postgres", "redis"])
+def test_pending_writes_come_back_in_the_order_inmemorysaver_gives(pg_url: str, mode: str) -> None:
+    """Compared by repr with InMemorySaver, read from Postgres and from the hot head."""
+    truncate(pg_url)
+    thread_id = new_thread("write-order")
+    reference = InMemorySaver()
+    with worker(pg_url, hot=mode == "redis") as saver, worker(pg_url, hot=False) as truth:
+        steps = Steps(thread_id)
+        put = steps.next(saver, "c1")
+        config = reference.put(*put)
+        assert saver.put(*put) == config
+        if mode == "redis":
+            saver.get_tuple(latest(thread_id))  # the head exists: the writes go into it
+        for task_id, task_path, writes in PUT_WRITES_CALLS:
+            reference.put_writes(config, writes, task_id, task_path)
+            saver.put_writes(config, writes, task_id, task_path)
+
+        want = reference.get_tuple(config)
+        assert want is not None and len(want.pending_writes) == 14
+        reads = {
+            "latest": saver.get_tuple(latest(thread_id)),
+            "latest again": saver.get_tuple(latest(thread_id)),
+            "by id": saver.get_tuple(config),
+            "postgres": truth.get_tuple(latest(thread_id)),
+        }
+        if mode == "redis":
+            reads["redis"] = read_from_redis_only(saver, thread_id)
+        for how, got in reads.items():
+            assert got is not None
+            assert repr(got.pending_writes) == repr(want.pending_writes), how
