@@ -3,41 +3,161 @@
 Every command reads the same configuration as `ColosseumSaver.from_env()`:
 COLOSSEUM_DATABASE_URL, then DATABASE_URL, else the embedded PostgreSQL; and
 COLOSSEUM_REDIS_URL, then REDIS_URL, else (with the embedded PostgreSQL) the
-embedded Valkey. Commands whose output is data take `--json`.
+embedded Valkey. `--dsn` / `--redis-url` before the command override them.
+Commands whose output is data take `--json`. What they show comes from
+`inspection.py`; this module only parses options and prints.
+
+Output is safe to show: text from a thread (a message, an id) is printed as
+text, never as rich markup, with control characters escaped; passwords in
+URLs are shown as ***. Failures print one `Error: ...` line and exit 1; bad
+input exits 2.
 
 Example:
     $ colosseum demo
     $ colosseum threads --status interrupted --json
-    $ colosseum diff t1 1f0a... 1f0b...
+    $ colosseum diff t1 1f0a 1f0b        # unique prefixes of ids are enough
 """
 
 from __future__ import annotations
 
+import functools
 import json
+import os
+import sys
 from collections.abc import Callable, Iterator
 from contextlib import contextmanager
-from functools import partial
-from typing import Annotated, Any
+from importlib.metadata import PackageNotFoundError
+from importlib.metadata import version as package_version
+from pathlib import Path
+from typing import Annotated, Any, TypeVar
 
+import psycopg
 import redis
 import typer
-from langchain_core.messages import BaseMessage
-from langgraph.checkpoint.base import CheckpointTuple
 from rich.console import Console
 from rich.table import Table
+from rich.text import Text
 
 from langgraph_colosseum import embedded
 from langgraph_colosseum._core import schema
+from langgraph_colosseum._core.threads import STATUSES
+from langgraph_colosseum._redact import redact, safe
 from langgraph_colosseum.demo import DEFAULT_TICKER, DemoFailedError
 from langgraph_colosseum.demo import run as run_demo
+from langgraph_colosseum.errors import (
+    AmbiguousIdError,
+    ColosseumError,
+    InvalidConfigError,
+)
+from langgraph_colosseum.inspection import Inspector, Page, channel_changes, readable
 from langgraph_colosseum.saver import ColosseumSaver
 
+__all__ = ["app", "channel_changes"]
+
 app = typer.Typer(
-    help="Run the demo, inspect and operate a langgraph-colosseum database.", no_args_is_help=True
+    help="Run the demo, inspect and operate a langgraph-colosseum database.",
+    no_args_is_help=True,
+    pretty_exceptions_enable=False,
 )
 embedded_app = typer.Typer(help="The embedded PostgreSQL and Valkey used when no URL is set.")
 app.add_typer(embedded_app, name="embedded")
 console = Console()
+
+F = TypeVar("F", bound=Callable[..., Any])
+
+# Exit codes: 0 done, 1 failed (unreachable, not found, a check that failed),
+# 2 bad input (typer's own usage errors use 2 as well).
+FAILED, BAD_INPUT = 1, 2
+
+
+class Fail(Exception):
+    """Stop the command: print `Error: message` and exit with `code`."""
+
+    def __init__(self, message: str, code: int = FAILED) -> None:
+        super().__init__(message)
+        self.code = code
+
+
+def _guarded(command: F) -> F:
+    """One error style for every command: our errors and the drivers' become
+    one `Error:` line on stderr and an exit code, never a traceback."""
+
+    @functools.wraps(command)
+    def wrapper(*args: Any, **kwargs: Any) -> Any:
+        try:
+            return command(*args, **kwargs)
+        except Fail as exc:
+            _error(str(exc), exc.code)
+        except (InvalidConfigError, AmbiguousIdError) as exc:
+            _error(str(exc), BAD_INPUT)
+        except (ColosseumError, psycopg.Error, redis.RedisError) as exc:
+            _error(str(exc) if isinstance(exc, ColosseumError) else f"{type(exc).__name__}: {exc}")
+
+    return wrapper  # type: ignore[return-value]
+
+
+def _error(message: str, code: int = FAILED) -> None:
+    typer.echo(f"Error: {safe(message)}", err=True)
+    raise typer.Exit(code)
+
+
+def _command(*args: Any, **kwargs: Any) -> Callable[[F], F]:
+    def register(function: F) -> F:
+        return app.command(*args, **kwargs)(_guarded(function))
+
+    return register
+
+
+def _version(value: bool) -> None:
+    if value:
+        try:
+            typer.echo(f"langgraph-colosseum {package_version('langgraph-colosseum')}")
+        except PackageNotFoundError:  # pragma: no cover - running from a source tree
+            from langgraph_colosseum import __version__
+
+            typer.echo(f"langgraph-colosseum {__version__}")
+        raise typer.Exit()
+
+
+@app.callback()
+def main(
+    ctx: typer.Context,
+    dsn: str | None = typer.Option(
+        None,
+        "--dsn",
+        help="Postgres URL (default: COLOSSEUM_DATABASE_URL, DATABASE_URL, "
+        "else the embedded PostgreSQL).",
+        show_default=False,
+    ),
+    redis_url: str | None = typer.Option(
+        None,
+        "--redis-url",
+        help="Redis URL for the hot head (default: COLOSSEUM_REDIS_URL, "
+        "REDIS_URL, else the embedded Valkey when no database URL is set).",
+        show_default=False,
+    ),
+    version: bool = typer.Option(
+        False, "--version", callback=_version, is_eager=True, help="Print the version and exit."
+    ),
+) -> None:
+    """Run the demo, inspect and operate a langgraph-colosseum database."""
+    # The options act as the environment variables from_env() reads, so every
+    # command (and the demo's worker processes) sees the same servers; they
+    # are put back when the command ends.
+    overrides = {embedded.DATABASE_ENV[0]: dsn, embedded.REDIS_ENV[0]: redis_url}
+    saved = {name: os.environ.get(name) for name, value in overrides.items() if value}
+    for name, value in overrides.items():
+        if value:
+            os.environ[name] = value
+
+    def restore() -> None:
+        for name, value in saved.items():
+            if value is None:
+                os.environ.pop(name, None)
+            else:
+                os.environ[name] = value
+
+    ctx.call_on_close(restore)
 
 
 @contextmanager
@@ -46,19 +166,84 @@ def _saver() -> Iterator[ColosseumSaver]:
         yield saver
 
 
-def _emit(data: Any, as_json: bool, table: Table | None = None) -> None:
+@contextmanager
+def _inspector() -> Iterator[Inspector]:
+    with _saver() as saver:
+        yield Inspector(saver)
+
+
+# ------------------------------------------------------------------ printing
+
+
+def cell(value: Any, *, keep_newlines: bool = True) -> Text:
+    """Text for a table cell or a line: never markup, no control characters, no password."""
+    if not isinstance(value, str):
+        value = "" if value is None else json.dumps(value, ensure_ascii=False, default=str)
+    return Text(safe(value, keep_newlines=keep_newlines))
+
+
+def _table(
+    *columns: str, title: str | None = None, ids: tuple[str, ...] = (), short: tuple[str, ...] = ()
+) -> Table:
+    """A table that never cuts an id: `ids` columns keep their width and long
+    text columns wrap. At 80 columns (whenever output is piped) an id cut
+    short ("committee-992ee11e…") could name two threads."""
+    table = Table(title=cell(title) if title is not None else None, title_justify="left")
+    for column in columns:
+        keep = column in ids or column in short
+        table.add_column(column, no_wrap=keep, overflow="fold")
+    return table
+
+
+def _row(table: Table, *values: Any) -> None:
+    table.add_row(*(cell(v) for v in values))
+
+
+def _emit(data: Any, as_json: bool, table: Table | None = None, caption: str | None = None) -> None:
     if as_json:
-        typer.echo(json.dumps(data, default=str, indent=2))
-    elif table is not None:
+        typer.echo(json.dumps(data, default=str, indent=2, ensure_ascii=False))
+        return
+    if table is not None:
         console.print(table)
+    if caption:
+        console.print(cell(caption), highlight=False)
 
 
-def _message_text(message: Any) -> str:
-    content = getattr(message, "content", message)
-    return content if isinstance(content, str) else json.dumps(content, default=str)
+def _page_caption(page: Page, noun: str) -> str:
+    if not page.items:
+        return f"no {noun} (of {page.total})" if page.total else f"no {noun}"
+    first, last = page.offset + 1, page.offset + len(page.items)
+    more = "" if last >= page.total else f"; next page: --offset {last}"
+    return f"{noun} {first}-{last} of {page.total}{more}"
 
 
-@app.command()
+def _paged(page: Page) -> dict[str, Any]:
+    return {"total": page.total, "offset": page.offset, "items": page.items}
+
+
+def _json_option(value: str | None, option: str) -> Any:
+    if value is None:
+        return None
+    try:
+        parsed = json.loads(value)
+    except json.JSONDecodeError as exc:
+        raise Fail(f"{option} is not JSON ({exc.msg}): {value!r}. Example: "
+                   f"{option} '{{\"desk\": \"equities\"}}'", BAD_INPUT) from None  # fmt: skip
+    if not isinstance(parsed, dict):
+        raise Fail(f"{option} must be a JSON object, such as '{{\"desk\": \"equities\"}}'",
+                   BAD_INPUT)  # fmt: skip
+    return parsed
+
+
+JSON_OPTION = typer.Option(False, "--json", help="Output JSON.")
+LIMIT_OPTION = typer.Option(50, "--limit", min=0, help="At most this many rows.")
+OFFSET_OPTION = typer.Option(0, "--offset", min=0, help="Skip this many rows first.")
+NAMESPACE_OPTION = typer.Option(
+    "", "--namespace", "-n", help="The checkpoint namespace (default: the root graph's)."
+)
+
+
+@_command()
 def demo(
     ticker: str = typer.Option(DEFAULT_TICKER, help="The ticker the committee meets on."),
 ) -> None:
@@ -75,7 +260,7 @@ def demo(
         raise typer.Exit(1) from exc
 
 
-@app.command()
+@_command()
 def migrate() -> None:
     """Create or upgrade the schema (safe to run concurrently)."""
     with _saver() as saver:
@@ -83,24 +268,57 @@ def migrate() -> None:
     typer.echo(f"schema at version {version}")
 
 
-@app.command()
-def doctor(as_json: bool = typer.Option(False, "--json", help="Output JSON.")) -> None:
-    """Connectivity, schema version, embedded or not, and the Redis mode."""
+@_command()
+def doctor(as_json: bool = JSON_OPTION) -> None:
+    """Connectivity, schema version, embedded or not, and the Redis mode.
+
+    Exits 1 when something needs fixing (the database cannot be reached, has no
+    schema or an old one, or Redis does not answer), saying what to do.
+    """
+    configured = embedded.configured_database_url()
     report: dict[str, Any] = {
-        "database": "configured" if embedded.configured_database_url() else "embedded",
+        "database": "configured" if configured else "embedded",
+        "database_url": redact(configured) if configured else None,
         "code_schema_version": schema.LATEST_VERSION,
     }
-    with _saver() as saver, saver.conn.connection() as conn:
-        report["server"] = conn.execute("SHOW server_version").fetchone()[0]
-        row = conn.execute("SELECT to_regclass(%s) IS NOT NULL", [schema.SCHEMA_TABLE]).fetchone()
-        report["database_schema_version"] = (
-            conn.execute(schema.CURRENT_VERSION).fetchone()[0] if row[0] else 0
-        )
+    problems: list[str] = []
+    try:
+        with _saver() as saver, saver.conn.connection() as conn:
+            report["server"] = conn.execute("SHOW server_version").fetchone()[0]
+            row = conn.execute(
+                "SELECT to_regclass(%s) IS NOT NULL", [schema.SCHEMA_TABLE]
+            ).fetchone()
+            report["database_schema_version"] = (
+                conn.execute(schema.CURRENT_VERSION).fetchone()[0] if row[0] else 0
+            )
+    except (ColosseumError, psycopg.Error) as exc:
+        report["database_error"] = redact(exc)
+        problems.append(str(exc))
+    else:
+        version = report["database_schema_version"]
+        if version == 0:
+            problems.append("the database has no Colosseum schema: run `colosseum migrate` "
+                            "(or saver.setup())")  # fmt: skip
+        elif version < schema.LATEST_VERSION:
+            problems.append(f"the schema is at version {version}, this code needs "
+                            f"{schema.LATEST_VERSION}: run `colosseum migrate`")  # fmt: skip
+        elif version > schema.LATEST_VERSION:
+            problems.append(f"the schema is at version {version}, newer than this code "
+                            f"({schema.LATEST_VERSION}): upgrade langgraph-colosseum")  # fmt: skip
     report.update(_redis_report())
-    table = Table("check", "value", title="colosseum doctor")
+    if report.get("redis_ping") is False:
+        problems.append(f"Redis does not answer PING: {report.get('redis_error')}")
+    report["ok"] = not problems
+    report["problems"] = [redact(p) for p in problems]
+    table = _table("check", "value", title="colosseum doctor")
     for key, value in report.items():
-        table.add_row(key, str(value))
+        if key not in ("problems", "ok"):
+            _row(table, key, value if isinstance(value, str) else json.dumps(value, default=str))
     _emit(report, as_json, table)
+    if problems:
+        for problem in problems:
+            typer.echo(f"Error: {safe(problem)}", err=True)
+        raise typer.Exit(FAILED)
 
 
 def _redis_report() -> dict[str, Any]:
@@ -113,111 +331,121 @@ def _redis_report() -> dict[str, Any]:
         # A configured database with no Redis URL: the saver runs on Postgres alone.
         return {"redis": "none", "redis_url": None, "redis_ping": None}
     mode = "configured" if embedded.configured_redis_url() else "embedded"
-    client = redis.Redis.from_url(url, socket_connect_timeout=3, socket_timeout=3)
+    shown = redact(url)
     try:
-        return {"redis": mode, "redis_url": url, "redis_ping": bool(client.ping())}
+        client = redis.Redis.from_url(url, socket_connect_timeout=3, socket_timeout=3)
+    except ValueError as exc:  # not a Redis URL at all
+        return {"redis": mode, "redis_url": shown, "redis_ping": False, "redis_error": redact(exc)}
+    try:
+        return {"redis": mode, "redis_url": shown, "redis_ping": bool(client.ping())}
     except (redis.RedisError, OSError) as exc:
-        return {"redis": mode, "redis_url": url, "redis_ping": False, "redis_error": str(exc)}
+        return {"redis": mode, "redis_url": shown, "redis_ping": False, "redis_error": redact(exc)}
     finally:
         client.close()
 
 
-@app.command()
+@_command()
 def threads(
-    status: str | None = typer.Option(None, help="idle, busy, interrupted or error"),
+    status: str | None = typer.Option(None, help=f"One of: {', '.join(STATUSES)}."),
     metadata: str | None = typer.Option(None, help='JSON object, e.g. {"desk": "equities"}'),
     values: str | None = typer.Option(None, help='JSON object, e.g. {"ticker": "AAPL"}'),
-    limit: int = 20,
-    offset: int = 0,
-    as_json: bool = typer.Option(False, "--json", help="Output JSON."),
+    prefix: str | None = typer.Option(None, help="Only threads whose id starts with this."),
+    limit: int = typer.Option(20, "--limit", min=0, help="At most this many threads."),
+    offset: int = OFFSET_OPTION,
+    as_json: bool = JSON_OPTION,
 ) -> None:
-    """Search threads by status, metadata and values (newest update first)."""
-    with _saver() as saver:
-        found = saver.threads.search(
-            status=status,
-            metadata=json.loads(metadata) if metadata else None,
-            values=json.loads(values) if values else None,
-            limit=limit,
-            offset=offset,
-        )
-    table = Table("thread", "status", "updated", "metadata", title="threads")
-    for t in found:
-        table.add_row(t.thread_id, t.status, str(t.updated_at), json.dumps(t.metadata))
-    _emit([t.__dict__ for t in found], as_json, table)
+    """Search threads by status, metadata, values and id prefix (newest update first)."""
+    if status is not None and status not in STATUSES:
+        raise Fail(f"unknown status {status!r}: use one of {', '.join(STATUSES)}", BAD_INPUT)
+    wanted_metadata = _json_option(metadata, "--metadata")
+    wanted_values = _json_option(values, "--values")
+    with _inspector() as look:
+        page = look.threads(status=status, metadata=wanted_metadata, values=wanted_values,
+                            prefix=prefix, limit=limit, offset=offset)  # fmt: skip
+    table = _table("thread", "status", "updated", "metadata", title="threads", ids=("thread",),
+                   short=("status",))  # fmt: skip
+    for t in page.items:
+        _row(table, t["thread_id"], t["status"], str(t["updated_at"])[:19], t["metadata"])
+    _emit(_paged(page), as_json, table, _page_caption(page, "threads"))
 
 
-@app.command()
+@_command()
 def history(
-    thread: str,
-    limit: int = 50,
-    as_json: bool = typer.Option(False, "--json", help="Output JSON."),
+    thread: Annotated[str, typer.Argument(help="A thread id, or a unique prefix of one.")],
+    namespace: str = NAMESPACE_OPTION,
+    limit: int = LIMIT_OPTION,
+    offset: int = OFFSET_OPTION,
+    as_json: bool = JSON_OPTION,
 ) -> None:
-    """The checkpoints of a thread, newest first."""
-    config = {"configurable": {"thread_id": thread, "checkpoint_ns": ""}}
-    with _saver() as saver:
-        rows = [
-            {
-                "checkpoint_id": t.checkpoint["id"],
-                "step": t.metadata.get("step"),
-                "source": t.metadata.get("source"),
-                "ts": t.checkpoint["ts"],
-                "channels": sorted(t.checkpoint["channel_values"]),
-                "pending_writes": len(t.pending_writes or []),
-            }
-            for t in saver.list(config, limit=limit)
-        ]
-    table = Table("checkpoint", "step", "source", "time", "pending writes", title=thread)
-    for r in rows:
-        table.add_row(
-            r["checkpoint_id"], str(r["step"]), str(r["source"]), r["ts"], str(r["pending_writes"])
-        )
-    _emit(rows, as_json, table)
+    """The checkpoints of a thread, newest first, with each one's parent.
+
+    The branch column marks the checkpoints on the head's branch with `*`; the
+    others are on branches the thread left (a fork from the past, a replay).
+    """
+    with _inspector() as look:
+        thread_id = look.thread_id(thread)
+        page = look.history(thread_id, checkpoint_ns=namespace, limit=limit, offset=offset)
+    title = thread_id + (f" (namespace {namespace})" if namespace else "")
+    # The parent is usually the next (older) row: "↓" says so; a fork's parent
+    # elsewhere is shown whole, so the tree reads without ids cut short.
+    table = _table("checkpoint", "parent", "step", "source", "branch", title=title,
+                   ids=("checkpoint",), short=("step", "source", "branch"))  # fmt: skip
+    rows = page.items
+    for i, r in enumerate(rows):
+        parent = r["parent_checkpoint_id"]
+        below = rows[i + 1]["checkpoint_id"] if i + 1 < len(rows) else None
+        shown = "-" if parent is None else "↓" if parent == below else parent
+        _row(table, r["checkpoint_id"], shown, str(r["step"]), r["source"] or "",
+             "*" if r["on_head_branch"] else "")  # fmt: skip
+    _emit(_paged(page), as_json, table, _page_caption(page, "checkpoints"))
 
 
-def _checkpoint(saver: ColosseumSaver, thread: str, checkpoint: str | None) -> CheckpointTuple:
-    """The checkpoint (the latest when None), or exit 1 saying what was not found."""
-    configurable = {"thread_id": thread, "checkpoint_ns": ""}
-    if checkpoint:
-        configurable["checkpoint_id"] = checkpoint
-    found = saver.get_tuple({"configurable": configurable})
-    if found is None:
-        where = f"checkpoint {checkpoint!r}" if checkpoint else "checkpoint"
-        typer.echo(f"no {where} for thread {thread!r} (see: colosseum history {thread})", err=True)
-        raise typer.Exit(1)
-    return found
-
-
-def _as_json(saver: ColosseumSaver, value: Any) -> Any:
-    """A value as the typed codec stores it in jsonb: plain JSON, with tags for the rest."""
-    return json.loads(saver._store.codec.dump_json(value))
-
-
-@app.command()
+@_command()
 def show(
-    thread: str,
-    checkpoint: str | None = typer.Option(None, help="A checkpoint id (default: the latest)."),
-    as_json: bool = typer.Option(False, "--json", help="Output JSON."),
+    thread: Annotated[str, typer.Argument(help="A thread id, or a unique prefix of one.")],
+    checkpoint: str | None = typer.Option(
+        None, help="A checkpoint id or a unique prefix (default: the latest)."
+    ),
+    namespace: str = NAMESPACE_OPTION,
+    raw: bool = typer.Option(False, "--raw", help="Values as stored (the typed jsonb form)."),
+    as_json: bool = JSON_OPTION,
 ) -> None:
-    """The state of a thread at a checkpoint."""
-    with _saver() as saver:
-        found = _checkpoint(saver, thread, checkpoint)
-        encoded = _as_json(saver, found.checkpoint["channel_values"])
-    data = {"checkpoint_id": found.checkpoint["id"], "metadata": found.metadata, "values": encoded}
-    table = Table("channel", "value", title=f"{thread} @ {found.checkpoint['id']}")
-    for channel, value in encoded.items():
-        table.add_row(channel, json.dumps(value, default=str)[:200])
-    _emit(data, as_json, table)
+    """The state of a thread at a checkpoint: messages as role and text, models as fields."""
+    with _inspector() as look:
+        state = look.state(thread, checkpoint, checkpoint_ns=namespace, raw=raw)
+    table = _table("channel", "value", title=f"{state['thread_id']} @ {state['checkpoint_id']}")
+    for channel, value in state["values"].items():
+        _row(table, channel, value if raw else _readable_text(value))
+    _emit(state, as_json, table)
 
 
-@app.command()
+def _readable_text(value: Any) -> str:
+    """A readable value as lines: a message list one message a line."""
+    if isinstance(value, list) and value and all(_is_message(v) for v in value):
+        return "\n".join(_message_line(m) for m in value)
+    if _is_message(value):
+        return _message_line(value)
+    return value if isinstance(value, str) else json.dumps(value, ensure_ascii=False)
+
+
+def _is_message(value: Any) -> bool:
+    return isinstance(value, dict) and "role" in value and "text" in value
+
+
+def _message_line(message: dict[str, Any]) -> str:
+    return f"{message.get('name') or message['role']}: {message['text']}"
+
+
+@_command()
 def diff(
-    thread: str,
-    before: Annotated[str, typer.Argument(help="A checkpoint id: the state before.")],
-    after: Annotated[str, typer.Argument(help="A checkpoint id: the state after.")],
+    thread: Annotated[str, typer.Argument(help="A thread id, or a unique prefix of one.")],
+    before: Annotated[str, typer.Argument(help="A checkpoint id (or prefix): the state before.")],
+    after: Annotated[str, typer.Argument(help="A checkpoint id (or prefix): the state after.")],
+    namespace: str = NAMESPACE_OPTION,
     internal: bool = typer.Option(
         False, "--internal", help="Include LangGraph's own channels (branch:to:..., __start__)."
     ),
-    as_json: bool = typer.Option(False, "--json", help="Output JSON."),
+    as_json: bool = JSON_OPTION,
 ) -> None:
     """What changed between two checkpoints of a thread, channel by channel.
 
@@ -225,148 +453,168 @@ def diff(
     added (+), removed (-) and edited in place (~), by id, are listed instead
     of the whole list.
     """
-    with _saver() as saver:
-        old, new = _checkpoint(saver, thread, before), _checkpoint(saver, thread, after)
-        changes = channel_changes(
-            old.checkpoint["channel_values"],
-            new.checkpoint["channel_values"],
-            partial(_as_json, saver),
-        )
-    if not internal:
-        changes = [c for c in changes if not c["channel"].startswith(_INTERNAL_CHANNELS)]
-    data = {
-        "thread_id": thread,
-        "before": {"checkpoint_id": before, "step": old.metadata.get("step")},
-        "after": {"checkpoint_id": after, "step": new.metadata.get("step")},
-        "channels": changes,
-    }
-    title = f"{thread}: step {old.metadata.get('step')} → step {new.metadata.get('step')}"
-    table = Table("channel", "change", "what", title=title)
-    for change in changes:
-        table.add_row(change["channel"], change["change"], _describe(change))
-    if not changes:
-        table.add_row("", "none", "the two checkpoints hold the same values")
+    with _inspector() as look:
+        data = look.diff(thread, before, after, internal=internal, checkpoint_ns=namespace)
+    steps = f"step {data['before']['step']} → step {data['after']['step']}"
+    table = _table("channel", "change", "what", title=f"{data['thread_id']}: {steps}")
+    for change in data["channels"]:
+        _row(table, change["channel"], change["change"], _describe(change))
+    if not data["channels"]:
+        _row(table, "", "none", "the two checkpoints hold the same values")
     _emit(data, as_json, table)
-
-
-def channel_changes(
-    old: dict[str, Any], new: dict[str, Any], encode: Callable[[Any], Any]
-) -> list[dict[str, Any]]:
-    """The channels `new` adds, removes or changes relative to `old`, compared as stored.
-
-    Example:
-        >>> channel_changes({"n": 1}, {"n": 2, "t": "x"}, lambda v: v)
-        [{'channel': 'n', 'change': 'changed', 'before': 1, 'after': 2},
-         {'channel': 't', 'change': 'added', 'after': 'x'}]
-    """
-    changes = []
-    for channel in sorted(old.keys() | new.keys()):
-        before, after = old.get(channel, _ABSENT), new.get(channel, _ABSENT)
-        if before is _ABSENT:
-            kind = "added"
-        elif after is _ABSENT:
-            kind = "removed"
-        elif encode(before) != encode(after):
-            kind = "changed"
-        else:
-            continue
-        change: dict[str, Any] = {"channel": channel, "change": kind}
-        present = [value for value in (before, after) if value is not _ABSENT]
-        if all(_is_message_list(value) for value in present):
-            # A thread's message list only grows (or is edited by id): show the
-            # messages that differ, not two copies of the whole conversation.
-            before_list = [] if before is _ABSENT else before
-            after_list = [] if after is _ABSENT else after
-            before_by_id = {m.id: m for m in before_list}
-            after_ids = {m.id for m in after_list}
-            change["messages_added"] = [
-                _message_summary(m) for m in after_list if m.id not in before_by_id
-            ]
-            change["messages_removed"] = [
-                _message_summary(m) for m in before_list if m.id not in after_ids
-            ]
-            change["messages_edited"] = [  # replaced by id (add_messages), new content
-                _message_summary(m)
-                for m in after_list
-                if m.id in before_by_id and encode(m) != encode(before_by_id[m.id])
-            ]
-        else:
-            if before is not _ABSENT:
-                change["before"] = encode(before)
-            if after is not _ABSENT:
-                change["after"] = encode(after)
-        changes.append(change)
-    return changes
-
-
-_ABSENT = object()  # a channel missing from one side of a diff (None is a value)
-# Channels LangGraph keeps for itself: which node runs next, the input, interrupts.
-_INTERNAL_CHANNELS = ("branch:", "__")
-
-
-def _is_message_list(value: Any) -> bool:
-    return isinstance(value, list) and all(
-        isinstance(m, BaseMessage) and m.id is not None for m in value
-    )
-
-
-def _message_summary(message: BaseMessage) -> dict[str, Any]:
-    return {"id": message.id, "type": message.type, "name": message.name,
-            "text": _message_text(message)}  # fmt: skip
 
 
 def _describe(change: dict[str, Any]) -> str:
     if "messages_added" in change:
-        lines = [f"+ {m['name'] or m['type']}: {m['text'][:100]}" for m in change["messages_added"]]
-        lines += [
-            f"- {m['name'] or m['type']}: {m['text'][:100]}" for m in change["messages_removed"]
-        ]
-        lines += [
-            f"~ {m['name'] or m['type']}: {m['text'][:100]}" for m in change["messages_edited"]
-        ]
+        lines = []
+        for mark, key in (("+", "messages_added"), ("-", "messages_removed"),
+                          ("~", "messages_edited")):  # fmt: skip
+            lines += [f"{mark} {m['name'] or m['type']}: {m['text']}" for m in change[key]]
         return "\n".join(lines)
     shown = [
-        json.dumps(change[side], default=str)[:100]
+        json.dumps(readable(change[side]), default=str, ensure_ascii=False)
         for side in ("before", "after")
         if side in change
     ]
     return " → ".join(shown)
 
 
-@app.command()
+@_command()
 def messages(
-    thread: str,
-    channel: str = "messages",
-    as_json: bool = typer.Option(False, "--json", help="Output JSON."),
+    thread: Annotated[str, typer.Argument(help="A thread id, or a unique prefix of one.")],
+    channel: str = typer.Option("messages", help="The channel that holds the messages."),
+    checkpoint: str | None = typer.Option(
+        None, help="The branch ending at this checkpoint (default: the head's)."
+    ),
+    limit: int | None = typer.Option(None, "--limit", min=0, help="At most this many rows."),
+    offset: int = OFFSET_OPTION,
+    as_json: bool = JSON_OPTION,
 ) -> None:
-    """Who said what: every message on the thread's current branch."""
-    with _saver() as saver:
-        entries = saver.threads.messages(thread, channel)
-    rows = [
-        {"node": e.node, "step": e.step, "checkpoint_id": e.checkpoint_id, "time": e.created_at,
-         "type": getattr(e.message, "type", type(e.message).__name__),
-         "text": _message_text(e.message)}
-        for e in entries
-    ]  # fmt: skip
-    table = Table("step", "node", "type", "message", title=f"{thread}: {channel}")
-    for r in rows:
-        table.add_row(str(r["step"]), r["node"], r["type"], r["text"][:120])
-    _emit(rows, as_json, table)
+    """Who said what: every message that entered the thread's branch, in order.
+
+    `from` is the node that wrote it, `__start__` for the run's input, or
+    `update_state` for an edit; a removed message (RemoveMessage) shows as
+    `removed`, an edited one as `edited`.
+    """
+    with _inspector() as look:
+        thread_id = look.thread_id(thread)
+        page = look.messages(thread_id, channel=channel, checkpoint=checkpoint,
+                             limit=limit, offset=offset)  # fmt: skip
+    table = _table("step", "from", "change", "type", "message", title=f"{thread_id}: {channel}",
+                   short=("step",))  # fmt: skip
+    for r in page.items:
+        _row(table, str(r["step"]), r["node"], r["change"], r["name"] or r["type"], r["text"])
+    _emit(_paged(page), as_json, table, _page_caption(page, "messages"))
 
 
-@app.command()
+@_command()
+def ledger(
+    thread: Annotated[str, typer.Argument(help="A thread id, or a unique prefix of one.")],
+    as_json: bool = JSON_OPTION,
+) -> None:
+    """The tool calls IdempotentToolNode recorded for a thread (run once, by key)."""
+    with _inspector() as look:
+        thread_id = look.thread_id(thread)
+        calls = look.ledger(thread_id)
+    table = _table("tool", "status", "attempts", "output", "key", title=f"{thread_id}: tool ledger",
+                   short=("status",))  # fmt: skip
+    for c in calls:
+        _row(table, c["tool"], c["status"], str(c["attempts"]), c["output"] or c["error"] or "",
+             c["idempotency_key"])  # fmt: skip
+    _emit(calls, as_json, table)
+
+
+@_command()
 def prune(
-    thread: Annotated[list[str], typer.Argument(help="Thread ids.")],
-    keep: int = typer.Option(1, help="Checkpoints kept per namespace."),
-    delete: bool = typer.Option(False, help="Delete the threads instead."),
+    thread: Annotated[list[str], typer.Argument(help="Thread ids (or unique prefixes).")],
+    keep: int = typer.Option(1, help="Checkpoints kept per namespace (at least 1)."),
+    delete: bool = typer.Option(False, "--delete", help="Delete the threads whole instead."),
+    yes: bool = typer.Option(False, "--yes", "-y", help="Do not ask for confirmation."),
+    dry_run: bool = typer.Option(False, "--dry-run", help="Say what would be done; do nothing."),
 ) -> None:
-    """Prune threads to their newest checkpoints (DeltaChannel-safe), or delete them."""
-    with _saver() as saver:
-        saver.prune(thread, strategy="delete" if delete else "keep_latest", keep=keep)
-    typer.echo(f"{'deleted' if delete else 'pruned'} {len(thread)} thread(s)")
+    """Prune threads to their newest checkpoints (DeltaChannel-safe), or delete them.
+
+    Asks for confirmation unless --yes; --dry-run only shows what would go.
+    """
+    if keep < 1:
+        raise Fail(f"--keep must be at least 1, not {keep} (to remove a thread whole, "
+                   "use --delete)", BAD_INPUT)  # fmt: skip
+    with _inspector() as look:
+        thread_ids = list(dict.fromkeys(look.thread_id(t) for t in thread))
+        counts = {t: look.history(t, limit=0).total for t in thread_ids}
+        if delete:
+            plan = [f"delete thread {t} ({counts[t]} checkpoints)" for t in thread_ids]
+        else:
+            plan = [f"prune thread {t}: keep the newest {keep} of {counts[t]} checkpoints "
+                    "per namespace" for t in thread_ids]  # fmt: skip
+        for line in plan:
+            console.print(cell(("would " if dry_run else "") + line), highlight=False)
+        if dry_run:
+            return
+        if not yes:
+            what = "Delete" if delete else "Prune"
+            try:
+                confirmed = typer.confirm(f"{what} {len(thread_ids)} thread(s)?", default=False)
+            except typer.Abort:  # no terminal to answer on
+                confirmed = False
+            if not confirmed:
+                raise Fail("nothing done (not confirmed; pass --yes to skip the question)")
+        look.saver.prune(thread_ids, strategy="delete" if delete else "keep_latest", keep=keep)
+    typer.echo(f"{'deleted' if delete else 'pruned'} {len(thread_ids)} thread(s)")
 
 
-@embedded_app.command("up")
+@_command("export")
+def export_thread(
+    thread: Annotated[str, typer.Argument(help="A thread id, or a unique prefix of one.")],
+    output: Annotated[
+        Path | None,
+        typer.Option("--output", "-o", help="Write to this file (default: standard output)."),
+    ] = None,
+) -> None:
+    """A thread as JSON lines: a header, then each checkpoint with its pending writes."""
+    with _inspector() as look:
+        lines = [json.dumps(record, ensure_ascii=False) for record in look.export_thread(thread)]
+    text = "\n".join(lines) + "\n"
+    if output is None:
+        sys.stdout.write(text)
+    else:
+        output.write_text(text, encoding="utf-8")
+        typer.echo(f"exported {len(lines) - 1} checkpoint(s) to {output}", err=True)
+
+
+@_command("import")
+def import_thread(
+    source: Annotated[
+        Path, typer.Argument(help="A file written by `colosseum export` (- for stdin).")
+    ],
+    thread: str | None = typer.Option(
+        None, "--thread", help="Import under this thread id (default: the exported one)."
+    ),
+) -> None:
+    """Write back a thread exported with `colosseum export` (a new thread id, never a merge)."""
+    try:
+        text = sys.stdin.read() if str(source) == "-" else source.read_text(encoding="utf-8")
+    except OSError as exc:
+        raise Fail(f"cannot read {source}: {exc.strerror}", BAD_INPUT) from None
+    try:
+        records = [json.loads(line) for line in text.splitlines() if line.strip()]
+    except json.JSONDecodeError as exc:
+        raise Fail(
+            f"{source} is not JSON lines (line {exc.lineno}: {exc.msg})", BAD_INPUT
+        ) from None
+    with _inspector() as look:
+        thread_id = look.import_thread(records, thread_id=thread)
+    typer.echo(f"imported {len(records) - 1} checkpoint(s) as thread {thread_id}")
+
+
+def _embedded_command(name: str) -> Callable[[F], F]:
+    def register(function: F) -> F:
+        return embedded_app.command(name)(_guarded(function))
+
+    return register
+
+
+@_embedded_command("up")
 def embedded_up(as_json: bool = typer.Option(False, "--json", help="Output JSON.")) -> None:
     """Start the embedded PostgreSQL and Valkey, and keep them running until `down`.
 
@@ -380,14 +628,15 @@ def embedded_up(as_json: bool = typer.Option(False, "--json", help="Output JSON.
         {"server": kind, "url": url, "from": "configured" if configured[kind] else "embedded"}
         for kind, url in urls.items()
     ]
-    table = Table("server", "from", title="running until: colosseum embedded down")
-    table.add_column("url", overflow="fold")  # a URL is copied whole, never cut short
+    table = _table("server", "from", "url", title="running until: colosseum embedded down",
+                   ids=("url",))  # fmt: skip
     for row in rows:
-        table.add_row(row["server"], row["from"], row["url"])
+        row["url"] = redact(row["url"])
+        _row(table, row["server"], row["from"], row["url"])
     _emit(rows, as_json, table)
 
 
-@embedded_app.command("down")
+@_embedded_command("down")
 def embedded_down() -> None:
     """Stop the embedded servers cleanly, even while processes still use them."""
     with console.status("Stopping the embedded servers …"):
@@ -395,24 +644,33 @@ def embedded_down() -> None:
     typer.echo(f"stopped: {', '.join(stopped)}" if stopped else "no embedded server was running")
 
 
-@embedded_app.command("url")
+@_embedded_command("url")
 def embedded_url(
     for_redis: bool = typer.Option(False, "--redis", help="The Redis URL instead."),
 ) -> None:
-    """The database (or Redis) URL in use, starting the embedded server when none is set."""
-    if not for_redis:
-        typer.echo(embedded.database_url())
+    """The database (or Redis) URL in use.
+
+    A configured URL is printed as it is (its password as ***). With none set,
+    the embedded servers are started and KEPT RUNNING, as by `colosseum
+    embedded up`, so the URL printed still works after this command exits;
+    stop them with `colosseum embedded down`.
+    """
+    kind = "redis" if for_redis else "postgres"
+    configured = (
+        embedded.configured_redis_url() if for_redis else embedded.configured_database_url()
+    )
+    if configured:
+        typer.echo(redact(configured))
         return
-    _, url = embedded.servers()
-    if url is None:
-        typer.echo(
-            "no Redis: a database URL is set and no Redis URL (COLOSSEUM_REDIS_URL)", err=True
-        )
-        raise typer.Exit(1)
-    typer.echo(url)
+    if for_redis and embedded.configured_database_url():
+        raise Fail("no Redis: a database URL is set and no Redis URL (COLOSSEUM_REDIS_URL)")
+    with console.status("Starting the embedded servers (they keep running) …"):
+        urls = embedded.up()
+    typer.echo(redact(urls[kind]))
+    typer.echo("(kept running until: colosseum embedded down)", err=True)
 
 
-@embedded_app.command("path")
+@_embedded_command("path")
 def embedded_path() -> None:
     """Where the embedded servers keep their data."""
     typer.echo(str(embedded.data_dir()))

@@ -148,6 +148,14 @@ class SchemaVersionError(SchemaError):
         )
 
 
+class NotFoundError(ColosseumError):
+    """No thread (or checkpoint) has the id asked for, nor an id starting with it."""
+
+
+class AmbiguousIdError(ColosseumError):
+    """An id prefix matches several threads (or checkpoints); the message lists them."""
+
+
 class InvalidConfigError(ColosseumError):
     """A RunnableConfig lacks what an operation needs (such as `thread_id`)."""
 

@@ -52,20 +52,37 @@ class Threads:
     def get(self, thread_id: str) -> ThreadInfo | None:
         return self._run(ops.get(thread_id, self._saver._store.codec))
 
+    def count(
+        self,
+        *,
+        metadata: Mapping[str, Any] | None = None,
+        values: Mapping[str, Any] | None = None,
+        status: str | None = None,
+        prefix: str | None = None,
+    ) -> int:
+        """How many threads `search` finds with these filters (all pages)."""
+        return self._run(
+            ops.count(self._saver._store.codec, metadata=metadata, values=values,
+                      status=status, prefix=prefix)
+        )  # fmt: skip
+
     def search(
         self,
         *,
         metadata: Mapping[str, Any] | None = None,
         values: Mapping[str, Any] | None = None,
         status: str | None = None,
+        prefix: str | None = None,
         limit: int = 10,
         offset: int = 0,
     ) -> list[ThreadInfo]:
-        """Threads by metadata / values containment and status, newest update first."""
+        """Threads by metadata / values containment, status and id prefix, newest
+        update first."""
         return self._run(
             ops.search(
                 self._saver._store.codec, metadata=metadata, values=values, status=status,
-                limit=limit, offset=offset, unreadable=self._saver._store.unreadable_rows,
+                prefix=prefix, limit=limit, offset=offset,
+                unreadable=self._saver._store.unreadable_rows,
             )
         )  # fmt: skip
 
@@ -76,10 +93,21 @@ class Threads:
         self._saver.delete_thread(thread_id)
 
     def messages(
-        self, thread_id: str, channel: str = "messages", limit: int | None = None
+        self,
+        thread_id: str,
+        channel: str = "messages",
+        limit: int | None = None,
+        *,
+        offset: int = 0,
+        checkpoint_id: str | None = None,
     ) -> list[AuditEntry]:
-        """Who said what: every message on the current branch, with node, step and time."""
-        return self._run(ops.messages(thread_id, channel, self._saver._store.codec, limit))
+        """Who said what: every message that entered (or left) the channel on the
+        branch ending at `checkpoint_id` (default: the head), oldest first, with
+        its origin (node, `__start__`, `update_state`), step and time."""
+        return self._run(
+            ops.messages(self._saver._store, thread_id, channel, checkpoint_id=checkpoint_id,
+                         limit=limit, offset=offset)
+        )  # fmt: skip
 
     @contextmanager
     def guard(
@@ -114,19 +142,35 @@ class AsyncThreads:
     async def get(self, thread_id: str) -> ThreadInfo | None:
         return await self._run(ops.get(thread_id, self._saver._store.codec))
 
+    async def count(
+        self,
+        *,
+        metadata: Mapping[str, Any] | None = None,
+        values: Mapping[str, Any] | None = None,
+        status: str | None = None,
+        prefix: str | None = None,
+    ) -> int:
+        """How many threads `search` finds with these filters (all pages)."""
+        return await self._run(
+            ops.count(self._saver._store.codec, metadata=metadata, values=values,
+                      status=status, prefix=prefix)
+        )  # fmt: skip
+
     async def search(
         self,
         *,
         metadata: Mapping[str, Any] | None = None,
         values: Mapping[str, Any] | None = None,
         status: str | None = None,
+        prefix: str | None = None,
         limit: int = 10,
         offset: int = 0,
     ) -> list[ThreadInfo]:
         return await self._run(
             ops.search(
                 self._saver._store.codec, metadata=metadata, values=values, status=status,
-                limit=limit, offset=offset, unreadable=self._saver._store.unreadable_rows,
+                prefix=prefix, limit=limit, offset=offset,
+                unreadable=self._saver._store.unreadable_rows,
             )
         )  # fmt: skip
 
@@ -137,9 +181,18 @@ class AsyncThreads:
         await self._saver.adelete_thread(thread_id)
 
     async def messages(
-        self, thread_id: str, channel: str = "messages", limit: int | None = None
+        self,
+        thread_id: str,
+        channel: str = "messages",
+        limit: int | None = None,
+        *,
+        offset: int = 0,
+        checkpoint_id: str | None = None,
     ) -> list[AuditEntry]:
-        return await self._run(ops.messages(thread_id, channel, self._saver._store.codec, limit))
+        return await self._run(
+            ops.messages(self._saver._store, thread_id, channel, checkpoint_id=checkpoint_id,
+                         limit=limit, offset=offset)
+        )  # fmt: skip
 
     @asynccontextmanager
     async def guard(

@@ -342,6 +342,22 @@ class CheckpointStore:
         found = yield _value_chains(missing, known=list(values.values))
         values.add(_value_row(*row) for row in found)
 
+    def channel_values(
+        self, thread_id: str, checkpoint_ns: str, channel: str, versions: Sequence[str]
+    ) -> Operation[dict[str, Any]]:
+        """The values of one channel at several versions, in one round trip.
+
+        Each chain is rebuilt once, and versions share the unchanged items of
+        their bases (the audit trail reads every version of a branch this way).
+        """
+        keys = [(thread_id, checkpoint_ns, channel, str(v)) for v in dict.fromkeys(versions)]
+        if not keys:
+            return {}
+        values = Materializer(self.codec)
+        found = yield _value_chains(keys)
+        values.add(_value_row(*row) for row in found)
+        return {key[3]: values.value(key) for key in keys if values.knows(key)}
+
     def delta_history(
         self, config: RunnableConfig, channels: Sequence[str]
     ) -> Operation[dict[str, DeltaChannelHistory]]:

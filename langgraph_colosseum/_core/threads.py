@@ -18,7 +18,12 @@ from langgraph.checkpoint.serde.types import TASKS
 
 from langgraph_colosseum._core.io import Operation, Query, Sleep
 from langgraph_colosseum._core.values import ValueCodec
-from langgraph_colosseum.errors import CodecError, CorruptRowError, ThreadBusyError
+from langgraph_colosseum.errors import (
+    CodecError,
+    CorruptRowError,
+    InvalidConfigError,
+    ThreadBusyError,
+)
 
 logger = logging.getLogger("langgraph_colosseum")
 
@@ -29,14 +34,23 @@ _THREAD_COLUMNS = """
 
 GET = f"SELECT {_THREAD_COLUMNS} FROM colosseum_threads WHERE thread_id = %(thread_id)s"
 
-SEARCH = f"""
-SELECT {_THREAD_COLUMNS} FROM colosseum_threads
+_SEARCH_WHERE = """
 WHERE (%(metadata)s::jsonb IS NULL OR metadata @> %(metadata)s::jsonb)
   AND (%(values)s::jsonb IS NULL OR state_values @> %(values)s::jsonb)
   AND (%(status)s::text IS NULL OR status = %(status)s)
+  AND (%(prefix)s::text IS NULL OR starts_with(thread_id, %(prefix)s))
+"""
+
+SEARCH = f"""
+SELECT {_THREAD_COLUMNS} FROM colosseum_threads
+{_SEARCH_WHERE}
 ORDER BY updated_at DESC, thread_id
 LIMIT %(limit)s OFFSET %(offset)s
 """
+
+COUNT = f"SELECT count(*) FROM colosseum_threads {_SEARCH_WHERE}"
+
+STATUSES = ("idle", "busy", "interrupted", "error")
 
 UPDATE = f"""
 INSERT INTO colosseum_threads AS t (thread_id, metadata) VALUES (%(thread_id)s, %(metadata)s::jsonb)
@@ -77,15 +91,20 @@ SET run_owner = NULL, run_lease_until = NULL, updated_at = now(),
 WHERE thread_id = %(thread_id)s AND run_owner = %(owner)s
 """
 
-# The root branch from the head back to the first checkpoint, with the writes
-# to `channel` (and the Send writes that name push tasks) at each checkpoint.
+# The root branch from a checkpoint (default: the thread's head) back to the
+# first one, with, at each checkpoint, how it came to be (metadata source), the
+# version of `channel` it names, and the writes to `channel` (and the Send
+# writes that name push tasks) of the tasks that ran from it.
 AUDIT = """
 WITH RECURSIVE branch AS (
     SELECT c.checkpoint_id, c.parent_checkpoint_id, 0 AS depth
     FROM colosseum_checkpoints c
     WHERE c.thread_id = %(thread_id)s AND c.checkpoint_ns = ''
-      AND c.checkpoint_id = (SELECT head_checkpoint_id FROM colosseum_threads
-                             WHERE thread_id = %(thread_id)s)
+      AND c.checkpoint_id = coalesce(
+          %(checkpoint_id)s::text,
+          (SELECT head_checkpoint_id FROM colosseum_threads WHERE thread_id = %(thread_id)s),
+          (SELECT max(checkpoint_id) FROM colosseum_checkpoints
+           WHERE thread_id = %(thread_id)s AND checkpoint_ns = ''))
   UNION ALL
     SELECT p.checkpoint_id, p.parent_checkpoint_id, branch.depth + 1
     FROM branch
@@ -97,6 +116,7 @@ WITH RECURSIVE branch AS (
     ) AS p
 )
 SELECT branch.depth, branch.checkpoint_id, c.metadata -> 'step', c.checkpoint ->> 'ts',
+       c.metadata ->> 'source', c.checkpoint -> 'channel_versions' ->> %(channel)s,
        w.task_id, w.task_path, w.idx, w.channel, w.encoding, w.value::text, w.value_bytes,
        w.value_type
 FROM branch
@@ -153,13 +173,22 @@ class ThreadInfo:
 
 @dataclass(frozen=True)
 class AuditEntry:
-    """One message written to a channel on the thread's current branch."""
+    """One message that entered (or left) a channel on a branch of the thread.
+
+    `node` is where it came from: the node that wrote it, `__start__` for the
+    run's input, `update_state` for an edit made with `graph.update_state`
+    (a fork from a past checkpoint included), or the checkpoint's source
+    (`fork`) otherwise. `change` is "added", "edited" (a message replaced by
+    id with new content) or "removed" (a `RemoveMessage`; `message` is then
+    the message that was removed).
+    """
 
     message: Any
     node: str
     step: int | None
-    checkpoint_id: str  # the checkpoint the message's step produced
+    checkpoint_id: str  # the checkpoint where the change appears
     created_at: str  # that checkpoint's timestamp (ISO 8601)
+    change: str = "added"
 
 
 class UnreadableRows:
@@ -197,28 +226,40 @@ def get(thread_id: str, codec: ValueCodec) -> Operation[ThreadInfo | None]:
     return _thread(rows[0], codec) if rows else None
 
 
+def _search_params(
+    codec: ValueCodec,
+    metadata: Mapping[str, Any] | None,
+    values: Mapping[str, Any] | None,
+    status: str | None,
+    prefix: str | None,
+) -> dict[str, Any]:
+    if status is not None and status not in STATUSES:
+        raise InvalidConfigError(
+            f"unknown thread status {status!r}: expected one of {', '.join(STATUSES)}"
+        )
+    return {
+        "metadata": codec.dump_object(metadata, filter=True) if metadata else None,
+        "values": codec.dump_object(values, filter=True) if values else None,
+        "status": status,
+        "prefix": prefix or None,
+    }
+
+
 def search(
     codec: ValueCodec,
     *,
     metadata: Mapping[str, Any] | None = None,
     values: Mapping[str, Any] | None = None,
     status: str | None = None,
+    prefix: str | None = None,
     limit: int = 10,
     offset: int = 0,
     unreadable: Callable[[CorruptRowError], None] | None = None,
 ) -> Operation[list[ThreadInfo]]:
     """Matching threads; a row that cannot be read is left out and reported to
     `unreadable` (a short page then), never raised."""
-    rows = yield Query(
-        SEARCH,
-        {
-            "metadata": codec.dump_object(metadata, filter=True) if metadata else None,
-            "values": codec.dump_object(values, filter=True) if values else None,
-            "status": status,
-            "limit": limit,
-            "offset": offset,
-        },
-    )
+    params = _search_params(codec, metadata, values, status, prefix)
+    rows = yield Query(SEARCH, {**params, "limit": limit, "offset": offset})
     found = []
     for row in rows:
         try:
@@ -227,6 +268,19 @@ def search(
             if unreadable is not None:
                 unreadable(exc)
     return found
+
+
+def count(
+    codec: ValueCodec,
+    *,
+    metadata: Mapping[str, Any] | None = None,
+    values: Mapping[str, Any] | None = None,
+    status: str | None = None,
+    prefix: str | None = None,
+) -> Operation[int]:
+    """How many threads `search` with these filters finds, over every page."""
+    rows = yield Query(COUNT, _search_params(codec, metadata, values, status, prefix))
+    return int(rows[0][0])
 
 
 def update(thread_id: str, metadata: Mapping[str, Any], codec: ValueCodec) -> Operation[ThreadInfo]:
@@ -259,39 +313,145 @@ def release(thread_id: str, owner: str) -> Operation[None]:
 
 
 def messages(
-    thread_id: str, channel: str, codec: ValueCodec, limit: int | None = None
+    store: Any,
+    thread_id: str,
+    channel: str = "messages",
+    *,
+    checkpoint_id: str | None = None,
+    limit: int | None = None,
+    offset: int = 0,
 ) -> Operation[list[AuditEntry]]:
-    """Every value written to `channel` on the current branch, oldest first.
+    """Every change to `channel` on the branch ending at `checkpoint_id` (default:
+    the head), oldest first: two round trips, whatever the thread's length.
 
-    A write at checkpoint C is what a task running from C produced; it lands
-    in C's child, whose id and time the entry reports. A pull task's node is in
-    its task path; a push task (Send) is named by the Send that created it.
+    A step of the graph is told by its writes: a write at checkpoint C is what
+    a task running from C produced, and it lands in C's child. A pull task's
+    node is in its task path; a push task (Send) is named by the Send that
+    created it. A checkpoint made by `update_state` is told by comparing the
+    channel's value with its parent's: its writes, when LangGraph saves them
+    at all (not for a fork from the past), sit on the parent next to the
+    writes of the branch the update did not take.
     """
-    rows = yield Query(AUDIT, {"thread_id": thread_id, "channel": channel, "tasks": TASKS})
+    rows = yield Query(
+        AUDIT,
+        {"thread_id": thread_id, "channel": channel, "tasks": TASKS,
+         "checkpoint_id": checkpoint_id},
+    )  # fmt: skip
     by_depth: dict[int, dict[str, Any]] = {}
-    for depth, checkpoint_id, step, ts, task_id, path, idx, ch, enc, json, data, type_ in rows:
-        at = by_depth.setdefault(depth, {"id": checkpoint_id, "step": step, "ts": ts, "w": []})
+    for (
+        depth,
+        cid,
+        step,
+        ts,
+        source,
+        version,
+        task_id,
+        path,
+        idx,
+        ch,
+        enc,
+        json,
+        data,
+        type_,
+    ) in rows:
+        at = by_depth.setdefault(
+            depth,
+            {"id": cid, "step": step, "ts": ts, "source": source, "version": version, "w": []},
+        )
         if ch is not None:  # a checkpoint without such writes still dates its parent's
             at["w"].append((writes_sort_key(path, task_id, idx), path, ch, enc, json, data, type_))
+    branch = [by_depth[depth] for depth in sorted(by_depth, reverse=True)]  # oldest first
+    values = yield from store.channel_values(
+        thread_id, "", channel, [at["version"] for at in branch if at["version"] is not None]
+    )
+    codec = store.codec
     entries: list[AuditEntry] = []
+    before: Any = []
+    written: list[tuple[str, Any]] = []  # (node, message) the parent's tasks wrote
     sends: list[str] = []
-    for depth in sorted(by_depth, reverse=True):
-        at = by_depth[depth]
-        child = by_depth.get(depth - 1)
-        produced_id = child["id"] if child else at["id"]
-        produced_ts = child["ts"] if child else at["ts"]
-        produced_step = child["step"] if child else None
-        next_sends: list[str] = []
+    for at in branch:
+        after = values.get(at["version"], []) if at["version"] is not None else []
+        where = (at["step"], at["id"], at["ts"])
+        if at["source"] in ("update", "fork") or (not written and after is not before):
+            # Not a step of the graph: what changed is the difference itself.
+            origin = "update_state" if at["source"] == "update" else at["source"] or "unknown"
+            entries.extend(_changes(before, after, origin, where))
+        else:
+            entries.extend(_written(written, before, after, where))
+        before = after
+        written, next_sends = [], []
         for _, path, ch, enc, json, data, type_ in sorted(at["w"], key=lambda w: w[0]):
             value = codec.load(enc, json, data, type_)
             if ch == TASKS:
                 next_sends.append(getattr(value, "node", "?"))
-                continue
-            node = _node_of(path, sends)
-            for message in value if isinstance(value, list) else [value]:
-                entries.append(AuditEntry(message, node, produced_step, produced_id, produced_ts))
+            elif not path.startswith("~__interrupt__"):  # an update_state's, see above
+                node = _node_of(path, sends)
+                written.extend((node, m) for m in (value if isinstance(value, list) else [value]))
         sends = next_sends
+    entries = entries[offset:]
     return entries[:limit] if limit is not None else entries
+
+
+def _identity(message: Any) -> Any:
+    return getattr(message, "id", None) or repr(message)
+
+
+def _as_list(value: Any) -> list[Any]:
+    return value if isinstance(value, list) else [value]
+
+
+def _written(
+    written: list[tuple[str, Any]], before: Any, after: Any, where: tuple[Any, str, str]
+) -> list[AuditEntry]:
+    """Entries for what the tasks of one step wrote, as they wrote it.
+
+    A message written without an id got one from the reducer (add_messages):
+    the entry shows it as it entered the state, id included.
+    """
+    previous = {_identity(m): m for m in _as_list(before)}
+    fresh = [m for m in _as_list(after) if _identity(m) not in previous]
+    entries = []
+    for node, message in written:
+        if type(message).__name__ == "RemoveMessage":
+            removed = previous.get(message.id)
+            entries.append(AuditEntry(removed or message, node, *where, change="removed"))
+            continue
+        if getattr(message, "id", False) is None:
+            message = _take_same(fresh, message)
+        old = previous.get(_identity(message))
+        edited = old is not None and getattr(message, "id", None) and repr(old) != repr(message)
+        entries.append(AuditEntry(message, node, *where, change="edited" if edited else "added"))
+    return entries
+
+
+def _take_same(fresh: list[Any], message: Any) -> Any:
+    """The first of `fresh` that is `message` but for the id it was given (removed
+    from `fresh`), else `message` itself."""
+    for i, candidate in enumerate(fresh):
+        if (
+            type(candidate) is type(message)
+            and candidate.model_copy(update={"id": None}) == message
+        ):
+            return fresh.pop(i)
+    return message
+
+
+def _changes(before: Any, after: Any, origin: str, where: tuple[Any, str, str]) -> list[AuditEntry]:
+    """Entries for the difference between two values of the channel, by message id."""
+    old = {_identity(m): m for m in _as_list(before)}
+    new_ids = {_identity(m) for m in _as_list(after)}
+    entries = [
+        AuditEntry(m, origin, *where, change="removed")
+        for key, m in old.items()
+        if key not in new_ids
+    ]
+    for message in _as_list(after):
+        previous = old.get(_identity(message))
+        if previous is None:
+            entries.append(AuditEntry(message, origin, *where))
+        elif repr(previous) != repr(message):
+            entries.append(AuditEntry(message, origin, *where, change="edited"))
+    return entries
 
 
 def _node_of(task_path: str, sends: Sequence[str]) -> str:

@@ -51,7 +51,12 @@ def cli_db(pg_url: str, monkeypatch: pytest.MonkeyPatch) -> Iterator[str]:
 def run(*args: str) -> str:
     result = runner.invoke(app, list(args))
     assert result.exit_code == 0, result.output
-    return result.output
+    return result.stdout
+
+
+def items(*args: str) -> list:
+    """The rows of a paged command's --json output."""
+    return json.loads(run(*args, "--json"))["items"]
 
 
 def test_migrate_and_doctor(cli_db: str) -> None:
@@ -62,12 +67,12 @@ def test_migrate_and_doctor(cli_db: str) -> None:
 
 
 def test_threads_history_show_messages(cli_db: str) -> None:
-    found = json.loads(run("threads", "--metadata", '{"desk": "equities"}', "--json"))
+    found = items("threads", "--metadata", '{"desk": "equities"}')
     assert [t["thread_id"] for t in found] == ["cli-1"]
-    assert json.loads(run("threads", "--values", '{"ticker": "MSFT"}', "--json")) == []
+    assert items("threads", "--values", '{"ticker": "MSFT"}') == []
     assert "cli-1" in run("threads")
 
-    history = json.loads(run("history", "cli-1", "--json"))
+    history = items("history", "cli-1")
     assert len(history) == 6 and history[0]["step"] > history[-1]["step"]
 
     latest = json.loads(run("show", "cli-1", "--json"))
@@ -78,7 +83,7 @@ def test_threads_history_show_messages(cli_db: str) -> None:
     assert oldest["checkpoint_id"] == history[-1]["checkpoint_id"]
     assert runner.invoke(app, ["show", "no-such-thread"]).exit_code == 1
 
-    said = json.loads(run("messages", "cli-1", "--json"))
+    said = items("messages", "cli-1")
     assert [(m["node"], m["text"]) for m in said] == [
         ("__start__", "go"), ("analyst", "RSI 55"), ("__start__", "again"), ("analyst", "RSI 55"),
     ]  # fmt: skip
@@ -86,10 +91,10 @@ def test_threads_history_show_messages(cli_db: str) -> None:
 
 
 def test_prune_and_delete(cli_db: str) -> None:
-    assert "pruned 1" in run("prune", "cli-1", "--keep", "2")
-    assert len(json.loads(run("history", "cli-1", "--json"))) == 2
-    assert "deleted 1" in run("prune", "cli-1", "--delete")
-    assert json.loads(run("history", "cli-1", "--json")) == []
+    assert "pruned 1" in run("prune", "cli-1", "--keep", "2", "--yes")
+    assert len(items("history", "cli-1")) == 2
+    assert "deleted 1" in run("prune", "cli-1", "--delete", "--yes")
+    assert runner.invoke(app, ["history", "cli-1"]).exit_code == 1  # no such thread now
 
 
 def test_embedded_commands_honour_the_configured_url(cli_db: str) -> None:
@@ -101,7 +106,7 @@ def test_embedded_commands_honour_the_configured_url(cli_db: str) -> None:
 
 
 def test_diff_lists_the_channels_and_messages_that_changed(cli_db: str) -> None:
-    history = json.loads(run("history", "cli-1", "--json"))
+    history = items("history", "cli-1")
     first_answer = next(h for h in reversed(history) if h["step"] == 1)["checkpoint_id"]
     latest = history[0]["checkpoint_id"]
 
@@ -160,9 +165,12 @@ def test_doctor_reports_a_configured_redis_and_whether_it_answers(
     assert run("embedded", "url", "--redis").strip() == LOCAL_REDIS
 
     monkeypatch.setenv("COLOSSEUM_REDIS_URL", "redis://127.0.0.1:1/0")  # nothing listens there
-    report = json.loads(run("doctor", "--json"))
-    assert (report["redis"], report["redis_ping"]) == ("configured", False)
+    failed = runner.invoke(app, ["doctor", "--json"])
+    assert failed.exit_code == 1  # a Redis that does not answer is a problem to fix
+    report = json.loads(failed.stdout)
+    assert (report["redis"], report["redis_ping"], report["ok"]) == ("configured", False, False)
     assert report["redis_error"]
+    assert "Error: Redis does not answer PING" in failed.stderr
 
 
 def test_doctor_without_a_redis_url_next_to_a_configured_database(
@@ -238,6 +246,9 @@ def test_embedded_up_doctor_down(tmp_path: Path, monkeypatch: pytest.MonkeyPatch
         assert servers["redis"]["url"] == f"unix://{tmp_path}/colosseum/valkey/valkey.sock"
         assert all(s["running"] and s["pinned"] for s in embedded.status().values())
 
+        # A fresh embedded database has no schema yet: doctor says so, and fails.
+        assert "colosseum migrate" in runner.invoke(app, ["doctor"]).stderr
+        run("migrate")
         report = json.loads(run("doctor", "--json"))
         assert (report["database"], report["redis"], report["redis_ping"]) == (
             "embedded", "embedded", True,

@@ -1,0 +1,165 @@
+"""What a person asks about a thread, as sans-IO operations: ids by prefix, the
+checkpoint tree page by page, the tool ledger, the rows an export carries.
+
+`inspection.py` runs them and renders the answers; the CLI and a web UI read
+that, so nothing here is computed twice.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+from langgraph_colosseum._core.io import Operation, Query
+from langgraph_colosseum.errors import AmbiguousIdError, NotFoundError
+
+# A few more than one, to show the candidates of an ambiguous prefix.
+_CANDIDATES = 6
+
+THREADS_BY_PREFIX = """
+SELECT thread_id FROM colosseum_threads
+WHERE starts_with(thread_id, %(prefix)s)
+ORDER BY thread_id = %(prefix)s DESC, thread_id
+LIMIT %(limit)s
+"""
+
+CHECKPOINTS_BY_PREFIX = """
+SELECT checkpoint_id FROM colosseum_checkpoints
+WHERE thread_id = %(thread_id)s AND checkpoint_ns = %(checkpoint_ns)s
+  AND starts_with(checkpoint_id, %(prefix)s)
+ORDER BY checkpoint_id = %(prefix)s DESC, checkpoint_id
+LIMIT %(limit)s
+"""
+
+HISTORY_COUNT = """
+SELECT count(*) FROM colosseum_checkpoints
+WHERE thread_id = %(thread_id)s AND checkpoint_ns = %(checkpoint_ns)s
+"""
+
+# Newest first, with each checkpoint's parent and whether it is on the head's
+# branch (the root namespace's head is the registry's; another namespace's is
+# its newest checkpoint), so forks can be told from the line they left.
+HISTORY_PAGE = """
+WITH RECURSIVE head_branch AS (
+    SELECT c.checkpoint_id, c.parent_checkpoint_id
+    FROM colosseum_checkpoints c
+    WHERE c.thread_id = %(thread_id)s AND c.checkpoint_ns = %(checkpoint_ns)s
+      AND c.checkpoint_id = coalesce(
+          (SELECT head_checkpoint_id FROM colosseum_threads
+           WHERE thread_id = %(thread_id)s AND %(checkpoint_ns)s = ''),
+          (SELECT max(checkpoint_id) FROM colosseum_checkpoints
+           WHERE thread_id = %(thread_id)s AND checkpoint_ns = %(checkpoint_ns)s))
+  UNION ALL
+    SELECT p.checkpoint_id, p.parent_checkpoint_id
+    FROM head_branch
+    CROSS JOIN LATERAL (
+        SELECT c.checkpoint_id, c.parent_checkpoint_id FROM colosseum_checkpoints c
+        WHERE c.thread_id = %(thread_id)s AND c.checkpoint_ns = %(checkpoint_ns)s
+          AND c.checkpoint_id = head_branch.parent_checkpoint_id
+        LIMIT 1
+    ) AS p
+)
+SELECT c.checkpoint_id, c.parent_checkpoint_id, c.metadata -> 'step', c.metadata ->> 'source',
+       c.checkpoint ->> 'ts', c.run_id,
+       (SELECT count(*) FROM colosseum_writes w
+        WHERE w.thread_id = c.thread_id AND w.checkpoint_ns = c.checkpoint_ns
+          AND w.checkpoint_id = c.checkpoint_id),
+       EXISTS (SELECT 1 FROM head_branch b WHERE b.checkpoint_id = c.checkpoint_id),
+       ARRAY(SELECT jsonb_object_keys(c.checkpoint -> 'channel_versions') ORDER BY 1)
+FROM colosseum_checkpoints c
+WHERE c.thread_id = %(thread_id)s AND c.checkpoint_ns = %(checkpoint_ns)s
+ORDER BY c.checkpoint_id DESC
+LIMIT %(limit)s OFFSET %(offset)s
+"""
+
+LEDGER = """
+SELECT idempotency_key, checkpoint_ns, tool_name, tool_call_id, status, attempts,
+       started_at, completed_at, error, output::text, output_bytes IS NOT NULL
+FROM colosseum_tool_calls
+WHERE thread_id = %(thread_id)s
+ORDER BY started_at NULLS LAST, idempotency_key
+"""
+
+# The task path of every pending write: a CheckpointTuple leaves it out, and
+# the audit trail names nodes by it, so an export must keep it.
+WRITE_PATHS = """
+SELECT DISTINCT checkpoint_ns, checkpoint_id, task_id, task_path FROM colosseum_writes
+WHERE thread_id = %(thread_id)s
+"""
+
+
+ANY_CHECKPOINT = "SELECT 1 FROM colosseum_checkpoints WHERE thread_id = %(thread_id)s LIMIT 1"
+
+
+@dataclass(frozen=True)
+class HistoryRow:
+    """One checkpoint of a thread, without its values."""
+
+    checkpoint_id: str
+    parent_checkpoint_id: str | None
+    step: int | None
+    source: str | None
+    ts: str | None
+    run_id: str | None
+    pending_writes: int
+    on_head_branch: bool  # False: on a branch the head is not on (a fork left behind)
+    channels: list[str]
+
+
+def resolve_thread(given: str) -> Operation[str]:
+    """The thread whose id is `given`, or the only one it is a prefix of."""
+    rows = yield Query(THREADS_BY_PREFIX, {"prefix": given, "limit": _CANDIDATES})
+    return _one("thread", given, [row[0] for row in rows], "colosseum threads --prefix")
+
+
+def resolve_checkpoint(thread_id: str, checkpoint_ns: str, given: str) -> Operation[str]:
+    rows = yield Query(
+        CHECKPOINTS_BY_PREFIX,
+        {"thread_id": thread_id, "checkpoint_ns": checkpoint_ns, "prefix": given,
+         "limit": _CANDIDATES},
+    )  # fmt: skip
+    found = [row[0] for row in rows]
+    return _one(
+        f"checkpoint of thread {thread_id!r}", given, found, f"colosseum history {thread_id}"
+    )
+
+
+def _one(what: str, given: str, found: list[str], see: str) -> str:
+    if found and found[0] == given:
+        return given
+    if len(found) == 1:
+        return found[0]
+    if not found:
+        raise NotFoundError(
+            f"no {what} has the id {given!r} or an id starting with it (see: {see})"
+        )
+    shown = ", ".join(found[: _CANDIDATES - 1]) + (", …" if len(found) >= _CANDIDATES else "")
+    raise AmbiguousIdError(
+        f"{given!r} is the start of the ids of several {what.split(' of ')[0]}s ({shown}): "
+        "give more of the id"
+    )
+
+
+def history(
+    thread_id: str, checkpoint_ns: str, limit: int, offset: int
+) -> Operation[tuple[int, list[HistoryRow]]]:
+    """(how many checkpoints the namespace has, one page of them newest first)."""
+    params = {"thread_id": thread_id, "checkpoint_ns": checkpoint_ns}
+    total = (yield Query(HISTORY_COUNT, params))[0][0]
+    rows = yield Query(HISTORY_PAGE, {**params, "limit": limit, "offset": offset})
+    return int(total), [
+        HistoryRow(*row[:6], int(row[6]), bool(row[7]), list(row[8])) for row in rows
+    ]
+
+
+def ledger(thread_id: str) -> Operation[list[tuple]]:
+    return (yield Query(LEDGER, {"thread_id": thread_id}))
+
+
+def write_paths(thread_id: str) -> Operation[dict[tuple[str, str, str], str]]:
+    """(namespace, checkpoint id, task id) -> the task's path, for every pending write."""
+    rows = yield Query(WRITE_PATHS, {"thread_id": thread_id})
+    return {(ns, cid, task): path for ns, cid, task, path in rows}
+
+
+def any_checkpoint(thread_id: str) -> Operation[bool]:
+    return bool((yield Query(ANY_CHECKPOINT, {"thread_id": thread_id})))

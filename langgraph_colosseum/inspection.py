@@ -1,0 +1,437 @@
+"""What a person asks about a thread: lists, the checkpoint tree, values, diffs,
+messages, the tool ledger, and a thread as JSON lines (export / import).
+
+The `colosseum` command is a thin face over this module (and a web inspector
+can be another): it resolves ids, runs the queries, and turns stored values
+into what a reader expects (a message as its role and text, a model as its
+fields). Answers are plain dicts and lists, ready for JSON.
+
+Example:
+    >>> with ColosseumSaver.from_env() as saver:
+    ...     look = Inspector(saver)
+    ...     page = look.threads(status="interrupted", limit=10)
+    ...     for entry in look.messages(page.threads[0]["thread_id"]):
+    ...         print(entry["node"], entry["text"])
+"""
+
+from __future__ import annotations
+
+import base64
+import dataclasses
+import enum
+import json
+from collections.abc import Callable, Iterable, Iterator, Mapping
+from dataclasses import dataclass
+from datetime import date, datetime, time
+from decimal import Decimal
+from typing import TYPE_CHECKING, Any
+from uuid import UUID
+
+from langchain_core.messages import BaseMessage
+from langgraph.checkpoint.base import CheckpointTuple
+
+from langgraph_colosseum._core import inspection as ops
+from langgraph_colosseum._core import threads as thread_ops
+from langgraph_colosseum._core.store import checkpoint_config
+from langgraph_colosseum.errors import InvalidConfigError, NotFoundError, UnsupportedValueError
+
+if TYPE_CHECKING:
+    from langgraph_colosseum.saver import ColosseumSaver
+
+EXPORT_FORMAT = "langgraph-colosseum/thread-v1"
+
+# Channels LangGraph keeps for itself: which node runs next, the input, interrupts.
+INTERNAL_CHANNELS = ("branch:", "__")
+
+
+@dataclass(frozen=True)
+class Page:
+    """One page of a longer list, with how long the whole list is."""
+
+    total: int
+    offset: int
+    items: list[dict[str, Any]]
+
+
+class Inspector:
+    """Questions about the threads of one (blocking) saver. Ids may be unique prefixes."""
+
+    def __init__(self, saver: ColosseumSaver) -> None:
+        self.saver = saver
+        self._run = saver._run
+        self._codec = saver._store.codec
+
+    # ------------------------------------------------------------ ids
+
+    def thread_id(self, given: str) -> str:
+        """The full id of the thread `given` names (an id or a unique prefix)."""
+        return self._run(ops.resolve_thread(given))
+
+    def checkpoint_id(self, thread_id: str, given: str, checkpoint_ns: str = "") -> str:
+        return self._run(ops.resolve_checkpoint(thread_id, checkpoint_ns, given))
+
+    # ------------------------------------------------------------ lists
+
+    def threads(
+        self,
+        *,
+        status: str | None = None,
+        metadata: Mapping[str, Any] | None = None,
+        values: Mapping[str, Any] | None = None,
+        prefix: str | None = None,
+        limit: int = 20,
+        offset: int = 0,
+    ) -> Page:
+        """Threads, newest update first, and how many match in all."""
+        _check_page(limit, offset)
+        filters = {"status": status, "metadata": metadata, "values": values, "prefix": prefix}
+        total = self.saver.threads.count(**filters)
+        found = self.saver.threads.search(**filters, limit=limit, offset=offset)
+        return Page(total, offset, [readable(dataclasses.asdict(t)) for t in found])
+
+    def history(
+        self, thread: str, *, checkpoint_ns: str = "", limit: int = 50, offset: int = 0
+    ) -> Page:
+        """The checkpoints of a thread's namespace, newest first, with their parents."""
+        _check_page(limit, offset)
+        thread_id = self.thread_id(thread)
+        total, rows = self._run(ops.history(thread_id, checkpoint_ns, limit, offset))
+        return Page(total, offset, [dataclasses.asdict(row) for row in rows])
+
+    # ------------------------------------------------------------ one checkpoint
+
+    def checkpoint(
+        self, thread: str, checkpoint: str | None = None, checkpoint_ns: str = ""
+    ) -> CheckpointTuple:
+        """The checkpoint (the latest when None) as LangGraph reads it."""
+        thread_id = self.thread_id(thread)
+        configurable = {"thread_id": thread_id, "checkpoint_ns": checkpoint_ns}
+        if checkpoint:
+            configurable["checkpoint_id"] = self.checkpoint_id(thread_id, checkpoint, checkpoint_ns)
+        found = self.saver.get_tuple({"configurable": configurable})
+        if found is None:
+            raise NotFoundError(
+                f"thread {thread_id!r} has no checkpoint in namespace {checkpoint_ns!r}"
+            )
+        return found
+
+    def state(
+        self, thread: str, checkpoint: str | None = None, *, checkpoint_ns: str = "",
+        raw: bool = False,
+    ) -> dict[str, Any]:  # fmt: skip
+        """The values at a checkpoint: readable (messages as role and text, models as
+        their fields), or with `raw` as the typed codec stores them in jsonb."""
+        found = self.checkpoint(thread, checkpoint, checkpoint_ns)
+        show = self.stored if raw else readable
+        return {
+            "thread_id": found.config["configurable"]["thread_id"],
+            "checkpoint_id": found.checkpoint["id"],
+            "metadata": show(found.metadata),
+            "values": {k: show(v) for k, v in found.checkpoint["channel_values"].items()},
+        }
+
+    def stored(self, value: Any) -> Any:
+        """A value as the typed codec stores it in jsonb: plain JSON, with tags for the rest."""
+        try:
+            return json.loads(self._codec.dump_json(value))
+        except UnsupportedValueError:
+            return {"$serde": self._codec.serde.dumps_typed(value)[0]}
+
+    def diff(
+        self, thread: str, before: str, after: str, *, internal: bool = False,
+        checkpoint_ns: str = "",
+    ) -> dict[str, Any]:  # fmt: skip
+        """What changed from checkpoint `before` to checkpoint `after`, channel by channel."""
+        old = self.checkpoint(thread, before, checkpoint_ns)
+        new = self.checkpoint(thread, after, checkpoint_ns)
+        changes = channel_changes(
+            old.checkpoint["channel_values"], new.checkpoint["channel_values"], self.stored
+        )
+        if not internal:
+            changes = [c for c in changes if not c["channel"].startswith(INTERNAL_CHANNELS)]
+        return {
+            "thread_id": old.config["configurable"]["thread_id"],
+            "before": {"checkpoint_id": old.checkpoint["id"], "step": old.metadata.get("step")},
+            "after": {"checkpoint_id": new.checkpoint["id"], "step": new.metadata.get("step")},
+            "channels": changes,
+        }
+
+    # ------------------------------------------------------------ who said what
+
+    def messages(
+        self, thread: str, *, channel: str = "messages", checkpoint: str | None = None,
+        limit: int | None = None, offset: int = 0,
+    ) -> Page:  # fmt: skip
+        """Every message that entered (or left) the channel on the branch ending at
+        `checkpoint` (default: the head), with its origin, oldest first."""
+        _check_page(limit, offset)
+        thread_id = self.thread_id(thread)
+        at = self.checkpoint_id(thread_id, checkpoint) if checkpoint else None
+        entries = self.saver.threads.messages(thread_id, channel, checkpoint_id=at)
+        page = entries[offset:] if limit is None else entries[offset : offset + limit]
+        return Page(len(entries), offset, [_audit_row(e) for e in page])
+
+    def ledger(self, thread: str) -> list[dict[str, Any]]:
+        """The tool calls IdempotentToolNode recorded for the thread."""
+        thread_id = self.thread_id(thread)
+        columns = ("idempotency_key", "checkpoint_ns", "tool", "tool_call_id", "status",
+                   "attempts", "started_at", "completed_at", "error")  # fmt: skip
+        out = []
+        for row in self._run(ops.ledger(thread_id)):
+            entry = dict(zip(columns, row[:9]))
+            output, has_bytes = row[9], row[10]
+            entry["output"] = (
+                readable(self._codec.load_json(output))
+                if output
+                else ("<bytes>" if has_bytes else None)
+            )
+            out.append(entry)
+        return out
+
+    # ------------------------------------------------------------ export / import
+
+    def export_thread(self, thread: str) -> Iterator[dict[str, Any]]:
+        """The thread as records (one JSON line each): a header, then every
+        checkpoint of every namespace, oldest first, with its pending writes.
+
+        Values are stored as the typed codec writes them (or as the serde's
+        bytes in base64), so `import_thread` rebuilds them exactly.
+        """
+        thread_id = self.thread_id(thread)
+        info = self.saver.threads.get(thread_id)
+        paths = self._run(ops.write_paths(thread_id))
+        yield {
+            "format": EXPORT_FORMAT,
+            "thread_id": thread_id,
+            "metadata": self._pack(info.metadata if info else {}),
+        }
+        tuples = list(self.saver.list({"configurable": {"thread_id": thread_id}}))
+        for found in sorted(tuples, key=lambda t: t.checkpoint["id"]):
+            configurable = found.config["configurable"]
+            ns, cid = configurable.get("checkpoint_ns", ""), configurable["checkpoint_id"]
+            # Written back per task in this order, the writes get their idx again.
+            writes = [
+                [task_id, channel, self._pack(value), paths.get((ns, cid, task_id), "")]
+                for task_id, channel, value in found.pending_writes or []
+            ]
+            parent = (
+                found.parent_config["configurable"]["checkpoint_id"]
+                if found.parent_config
+                else None
+            )
+            yield {
+                "checkpoint_ns": ns,
+                "checkpoint_id": cid,
+                "parent_checkpoint_id": parent,
+                "checkpoint": self._pack(found.checkpoint),
+                "metadata": self._pack(found.metadata),
+                "writes": writes,
+            }
+
+    def import_thread(
+        self, records: Iterable[Mapping[str, Any]], thread_id: str | None = None
+    ) -> str:
+        """Write an exported thread back (under `thread_id`, default its own id).
+
+        Refuses a thread id that already has checkpoints: an import never merges.
+        """
+        records = iter(records)
+        header = next(records, None)
+        if not header or header.get("format") != EXPORT_FORMAT:
+            raise InvalidConfigError(
+                f'not a thread export: the first line must carry "format": "{EXPORT_FORMAT}"'
+            )
+        target = thread_id or header["thread_id"]
+        if self._run(ops.any_checkpoint(target)):
+            raise InvalidConfigError(
+                f"thread {target!r} already exists; import under another id (--thread NEW_ID) "
+                "or delete it first"
+            )
+        for record in records:
+            checkpoint = self._unpack(record["checkpoint"])
+            parent = checkpoint_config(
+                target, record["checkpoint_ns"], record["parent_checkpoint_id"]
+            )
+            if record["parent_checkpoint_id"] is None:
+                parent["configurable"].pop("checkpoint_id")
+            saved = self.saver.put(
+                parent, checkpoint, self._unpack(record["metadata"]), checkpoint["channel_versions"]
+            )
+            by_task: dict[tuple[str, str], list[tuple[str, Any]]] = {}
+            for task_id, channel, value, path in record["writes"]:
+                by_task.setdefault((task_id, path), []).append((channel, self._unpack(value)))
+            for (task_id, path), writes in by_task.items():
+                self.saver.put_writes(saved, writes, task_id, path)
+        metadata = self._unpack(header["metadata"])
+        if metadata:
+            self.saver.threads.update(target, metadata=metadata)
+        return target
+
+    def _pack(self, value: Any) -> dict[str, Any]:
+        try:
+            return {"json": json.loads(self._codec.dump_json(value))}
+        except UnsupportedValueError:
+            type_, data = self._codec.serde.dumps_typed(value)
+            return {"serde": [type_, base64.b64encode(data).decode()]}
+
+    def _unpack(self, packed: Mapping[str, Any]) -> Any:
+        if "json" in packed:
+            return self._codec.load_json(json.dumps(packed["json"]))
+        type_, data = packed["serde"]
+        return self._codec.serde.loads_typed((type_, base64.b64decode(data)))
+
+
+def _check_page(limit: int | None, offset: int) -> None:
+    if limit is not None and limit < 0:
+        raise InvalidConfigError(f"limit must be 0 or more, not {limit}")
+    if offset < 0:
+        raise InvalidConfigError(f"offset must be 0 or more, not {offset}")
+
+
+def _audit_row(entry: thread_ops.AuditEntry) -> dict[str, Any]:
+    message = entry.message
+    return {
+        "node": entry.node,
+        "change": entry.change,
+        "step": entry.step,
+        "checkpoint_id": entry.checkpoint_id,
+        "time": entry.created_at,
+        "type": getattr(message, "type", type(message).__name__),
+        "id": getattr(message, "id", None),
+        "name": getattr(message, "name", None),
+        "text": message_text(message),
+    }
+
+
+# ---------------------------------------------------------------- readable values
+
+
+def message_text(message: Any) -> str:
+    """What a message says, as text (content blocks and tool calls included)."""
+    content = getattr(message, "content", message)
+    if isinstance(content, str):
+        text = content
+    elif isinstance(content, list):
+        text = " ".join(
+            block if isinstance(block, str) else str(block.get("text", json.dumps(readable(block))))
+            for block in content
+        )
+    else:
+        text = json.dumps(readable(content), ensure_ascii=False)
+    calls = getattr(message, "tool_calls", None) or []
+    for call in calls:
+        args = json.dumps(readable(call.get("args", {})), ensure_ascii=False)
+        text += f"{' ' if text else ''}→ {call.get('name')}({args})"
+    return text
+
+
+def readable(value: Any) -> Any:
+    """A value as a person reads it, as plain JSON: a message as its role and
+    text, a model or dataclass as its fields, a datetime as ISO 8601, bytes as
+    their length.
+
+    Example:
+        >>> readable(AIMessage("hi", id="a1"))
+        {'role': 'ai', 'text': 'hi', 'id': 'a1'}
+    """
+    if isinstance(value, BaseMessage):
+        out: dict[str, Any] = {"role": value.type}
+        if value.name:
+            out["name"] = value.name
+        out["text"] = message_text(value)
+        if value.id:
+            out["id"] = value.id
+        return out
+    if value is None or isinstance(value, (bool, int, str)):
+        return value
+    if isinstance(value, float):
+        return (
+            value if value == value and value not in (float("inf"), float("-inf")) else str(value)
+        )
+    if isinstance(value, enum.Enum):
+        return readable(value.value)
+    if isinstance(value, (datetime, date, time)):
+        return value.isoformat()
+    if isinstance(value, (UUID, Decimal)):
+        return str(value)
+    if isinstance(value, (bytes, bytearray, memoryview)):
+        return f"<{len(value)} bytes>"
+    if isinstance(value, Mapping):
+        return {str(k): readable(v) for k, v in value.items()}
+    if hasattr(value, "_asdict"):  # NamedTuple
+        return readable(value._asdict())
+    if isinstance(value, (list, tuple, set, frozenset)):
+        return [readable(v) for v in value]
+    if hasattr(type(value), "model_fields"):  # pydantic v2
+        return {name: readable(getattr(value, name)) for name in type(value).model_fields}
+    if dataclasses.is_dataclass(value) and not isinstance(value, type):
+        return {f.name: readable(getattr(value, f.name)) for f in dataclasses.fields(value)}
+    if type(value).__name__ == "Interrupt":
+        return {"interrupt": readable(getattr(value, "value", None))}
+    if type(value).__name__ == "Send":
+        return {"send": value.node, "arg": readable(value.arg)}
+    return repr(value)
+
+
+def channel_changes(
+    old: Mapping[str, Any], new: Mapping[str, Any], encode: Callable[[Any], Any]
+) -> list[dict[str, Any]]:
+    """The channels `new` adds, removes or changes relative to `old`, compared as stored.
+
+    Example:
+        >>> channel_changes({"n": 1}, {"n": 2, "t": "x"}, lambda v: v)
+        [{'channel': 'n', 'change': 'changed', 'before': 1, 'after': 2},
+         {'channel': 't', 'change': 'added', 'after': 'x'}]
+    """
+    changes = []
+    for channel in sorted(old.keys() | new.keys()):
+        before, after = old.get(channel, _ABSENT), new.get(channel, _ABSENT)
+        if before is _ABSENT:
+            kind = "added"
+        elif after is _ABSENT:
+            kind = "removed"
+        elif encode(before) != encode(after):
+            kind = "changed"
+        else:
+            continue
+        change: dict[str, Any] = {"channel": channel, "change": kind}
+        present = [value for value in (before, after) if value is not _ABSENT]
+        if all(_is_message_list(value) for value in present):
+            # A thread's message list only grows (or is edited by id): show the
+            # messages that differ, not two copies of the whole conversation.
+            before_list = [] if before is _ABSENT else before
+            after_list = [] if after is _ABSENT else after
+            before_by_id = {m.id: m for m in before_list}
+            after_ids = {m.id for m in after_list}
+            change["messages_added"] = [
+                _message_summary(m) for m in after_list if m.id not in before_by_id
+            ]
+            change["messages_removed"] = [
+                _message_summary(m) for m in before_list if m.id not in after_ids
+            ]
+            change["messages_edited"] = [  # replaced by id (add_messages), new content
+                _message_summary(m)
+                for m in after_list
+                if m.id in before_by_id and encode(m) != encode(before_by_id[m.id])
+            ]
+        else:
+            if before is not _ABSENT:
+                change["before"] = encode(before)
+            if after is not _ABSENT:
+                change["after"] = encode(after)
+        changes.append(change)
+    return changes
+
+
+_ABSENT = object()  # a channel missing from one side of a diff (None is a value)
+
+
+def _is_message_list(value: Any) -> bool:
+    return isinstance(value, list) and all(
+        isinstance(m, BaseMessage) and m.id is not None for m in value
+    )
+
+
+def _message_summary(message: BaseMessage) -> dict[str, Any]:
+    return {"id": message.id, "type": message.type, "name": message.name,
+            "text": message_text(message)}  # fmt: skip
