@@ -42,6 +42,7 @@ from langgraph_colosseum import embedded
 from langgraph_colosseum._core import schema
 from langgraph_colosseum._core.threads import STATUSES
 from langgraph_colosseum._redact import redact, safe
+from langgraph_colosseum.cli_store import store_app
 from langgraph_colosseum.demo import DEFAULT_TICKER, DemoFailedError
 from langgraph_colosseum.demo import run as run_demo
 from langgraph_colosseum.errors import (
@@ -61,6 +62,7 @@ app = typer.Typer(
 )
 embedded_app = typer.Typer(help="The embedded PostgreSQL and Valkey used when no URL is set.")
 app.add_typer(embedded_app, name="embedded")
+app.add_typer(store_app, name="store")
 console = Console()
 
 F = TypeVar("F", bound=Callable[..., Any])

@@ -424,7 +424,10 @@ class MemoryOps:
             )
         if op.refresh_ttl:
             text = sql.SEARCH_REFRESHING.format(search=text)
-        return settings, Query(text, params)
+        # A ranked search plans in milliseconds (measured: 6 ms on PG18), and its
+        # best plan does not depend on the data's size (the ANN index, then
+        # primary keys): psycopg may prepare it. Listings are planned afresh.
+        return settings, Query(text, params, prepare=None if mode else False)
 
     def _mode(self, op: SearchOp | ColosseumSearchOp) -> SearchMode | None:
         """How this search ranks: None for most recent first (no query, or no index)."""
