@@ -143,31 +143,32 @@ def run_kv(url: str, items: int, samples: int) -> dict:
     for name in (OURS, REF):
         truncate(url)
         rng = random.Random(7)
-        values = [kv_value(rng, i) for i in range(items)]
-        with open_store(name, url) as store:
-            ops = [PutOp(("bench", f"ns{i % 20}"), f"k{i}", v) for i, v in enumerate(values)]
-            for start in range(0, items, 500):
-                store.batch(ops[start : start + 500])
-            put = p50_ms(
-                lambda j: store.put(("bench", "puts"), f"p{j}", values[j % items]), samples
-            )
-            get = p50_ms(
-                lambda j: store.get(("bench", f"ns{j % 20}"), f"k{(j * 7919) % items}"), samples
-            )
-            search = p50_ms(
-                lambda j: store.search(("bench", f"ns{j % 20}"), filter={"kind": "fact"}, limit=10),
-                samples,
-            )
-            tables = OUR_TABLES if name == OURS else REF_TABLES
-            per_item = table_bytes(url, tables) / (items + samples)
-        out[name] = {
-            "put_p50_ms": put,
-            "get_p50_ms": get,
-            "search_p50_ms": search,
-            "bytes_per_item": per_item,
-        }
+        out[name] = kv_cell(name, url, [kv_value(rng, i) for i in range(items)], samples)
         log(f"kv {name}: {out[name]}")
     return out
+
+
+def kv_cell(name: str, url: str, values: list[dict], samples: int) -> dict:
+    items = len(values)
+    with open_store(name, url) as store:
+        ops = [PutOp(("bench", f"ns{i % 20}"), f"k{i}", v) for i, v in enumerate(values)]
+        for start in range(0, items, 500):
+            store.batch(ops[start : start + 500])
+        put = p50_ms(lambda j: store.put(("bench", "puts"), f"p{j}", values[j % items]), samples)
+        get = p50_ms(
+            lambda j: store.get(("bench", f"ns{j % 20}"), f"k{(j * 7919) % items}"), samples
+        )
+        search = p50_ms(
+            lambda j: store.search(("bench", f"ns{j % 20}"), filter={"kind": "fact"}, limit=10),
+            samples,
+        )
+    tables = OUR_TABLES if name == OURS else REF_TABLES
+    return {
+        "put_p50_ms": put,
+        "get_p50_ms": get,
+        "search_p50_ms": search,
+        "bytes_per_item": table_bytes(url, tables) / (items + samples),
+    }
 
 
 # ------------------------------------------------------------- vector
