@@ -78,6 +78,23 @@ GUARDS: list[Guard] = [
         tests=(f"{GUARD_TESTS}::test_a_live_claim_is_not_taken_over_by_a_retrying_resumer",),
     ),
     Guard(
+        name="tool ledger: a claim with a live lease is waited for, not judged unknown",
+        file="langgraph_colosseum/_core/ledger.py",
+        original="       lease_until > now(), attempts\nFROM colosseum_tool_calls",
+        mutant="       false, attempts\nFROM colosseum_tool_calls",
+        tests=(
+            f"{GUARD_TESTS}::test_a_live_claim_is_not_taken_over_by_a_retrying_resumer",
+            "tests/integration/test_tool_faults.py::test_race_resume_sync",
+        ),
+    ),
+    Guard(
+        name="run guard: acquire only a free thread or a lapsed lease",
+        file="langgraph_colosseum/_core/threads.py",
+        original="WHERE t.run_owner IS NULL OR t.run_lease_until < now()",
+        mutant="WHERE true",
+        tests=(f"{GUARD_TESTS}::test_a_stale_guard_holder_does_not_release_its_successor",),
+    ),
+    Guard(
         name="run guard: release only by its owner",
         file="langgraph_colosseum/_core/threads.py",
         original="ELSE 'idle' END\nWHERE thread_id = %(thread_id)s AND run_owner = %(owner)s",

@@ -626,31 +626,41 @@ def test_malformed_payloads_raise_codec_error(data: dict) -> None:
 
 
 # ----------------------------------------------- corners the invariant must hold at
-# Each of these is a value the codec accepts (encode() does not raise
-# UnsupportedValueError); the documented invariant says it must round-trip.
+# Each of these is encoded as typed jsonb (queryable, not a serde blob) and must
+# come back exactly: a codec that started refusing one of them (the caller would
+# fall back to serde bytes) fails here as loudly as one that got it wrong.
 
 
-def _roundtrip_or_refused(value: Any) -> Any:
-    """Round-trip `value`; None when the codec refuses it the documented way."""
-    try:
-        encoded = REGISTRY.encode(value)
-    except UnsupportedValueError:
-        return None  # allowed: the caller falls back to serde
+def _roundtrip(value: Any) -> Any:
+    """Encode `value` (it must be accepted), through JSON text, and decode it."""
+    encoded = REGISTRY.encode(value)  # UnsupportedValueError here is a failure
     return REGISTRY.decode(orjson.loads(orjson.dumps(encoded)))
 
 
 def test_int_beyond_str_conversion_limit() -> None:
     value = 10**5000  # > sys.get_int_max_str_digits() digits
-    back = _roundtrip_or_refused(value)
-    assert back is None or back == value
+    back = _roundtrip(value)
+    assert type(back) is int and back == value
 
 
-def test_nonexistent_zoneinfo_wall_time() -> None:
-    # 02:30 does not exist in New York on 2023-03-12 (clocks jump 02:00 -> 03:00),
-    # but it is a valid Python datetime and pickle round-trips it.
-    value = dt.datetime(2023, 3, 12, 2, 30, tzinfo=ZoneInfo("America/New_York"))
-    back = _roundtrip_or_refused(value)
-    assert back is None or same(back, value), back
+@pytest.mark.parametrize(
+    "value",
+    [
+        # 02:30 does not exist in New York on 2023-03-12 (clocks jump 02:00 ->
+        # 03:00), but it is a valid Python datetime and pickle round-trips it.
+        dt.datetime(2023, 3, 12, 2, 30, tzinfo=ZoneInfo("America/New_York")),
+        # 01:30 happens twice on 2023-11-05: fold tells which.
+        dt.datetime(2023, 11, 5, 1, 30, fold=0, tzinfo=ZoneInfo("America/New_York")),
+        dt.datetime(2023, 11, 5, 1, 30, fold=1, tzinfo=ZoneInfo("America/New_York")),
+    ],
+    ids=["nonexistent", "ambiguous-first", "ambiguous-second"],
+)
+def test_zoneinfo_wall_times_that_do_not_exist_or_repeat(value: dt.datetime) -> None:
+    back = _roundtrip(value)
+    assert same(back, value), back
+    assert back.tzinfo is ZoneInfo("America/New_York")  # the zone, not a fixed offset
+    assert back.fold == value.fold
+    assert back.utcoffset() == value.utcoffset()
 
 
 @pytest.mark.parametrize(
@@ -658,15 +668,33 @@ def test_nonexistent_zoneinfo_wall_time() -> None:
     [
         dt.datetime(1, 1, 1, 0, 0, tzinfo=ZoneInfo("Asia/Tokyo")),
         dt.datetime(9999, 12, 31, 23, 0, tzinfo=ZoneInfo("America/New_York")),
+        dt.datetime(1, 1, 1, tzinfo=dt.timezone(dt.timedelta(hours=14))),
+        dt.datetime(9999, 12, 31, 23, 59, 59, 999999, tzinfo=dt.timezone(-dt.timedelta(hours=12))),
     ],
-    ids=["min-east-of-utc", "max-west-of-utc"],
+    ids=["min-east-of-utc", "max-west-of-utc", "min-fixed-offset", "max-fixed-offset"],
 )
 def test_zoneinfo_datetime_at_range_edge(value: dt.datetime) -> None:
-    back = _roundtrip_or_refused(value)
-    assert back is None or same(back, value), back
+    # In UTC these fall outside datetime's range: the codec must keep wall time
+    # and zone, never convert to UTC on the way.
+    back = _roundtrip(value)
+    assert same(back, value), back
+    assert back.tzinfo == value.tzinfo
 
 
-def test_set_of_decimals_with_nan() -> None:
-    value = {Decimal("NaN"), Decimal(1)}
-    back = _roundtrip_or_refused(value)
-    assert back is None or sorted(map(str, back)) == sorted(map(str, value))
+@pytest.mark.parametrize(
+    "value",
+    [{Decimal("NaN"), 1}, {Decimal("NaN"), Decimal(1)}, frozenset({Decimal("-NaN"), 1.5})],
+    ids=["nan-and-int", "nan-and-decimal", "frozen-negative-nan"],
+)
+def test_set_with_decimal_nan(value: set | frozenset) -> None:
+    # NaN != NaN, so compare members by type and exact digits (sign, NaN kind).
+    back = _roundtrip(value)
+    assert type(back) is type(value)
+
+    def members(items: Any) -> list[tuple[str, str]]:
+        return sorted(
+            (type(x).__name__, str(x.as_tuple()) if isinstance(x, Decimal) else repr(x))
+            for x in items
+        )
+
+    assert members(back) == members(value)
