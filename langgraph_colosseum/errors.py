@@ -235,3 +235,15 @@ class StoreFilterError(StoreError, ValueError):
 
 class PgvectorUnavailableError(SchemaError):
     """The Store was configured with `index=`, and the server has no pgvector."""
+
+
+class StoreSchemaMissingError(SchemaMissingError):
+    """The Store's tables are not in this database (`store.setup()` was never run on it)."""
+
+    def __init__(self, detail: str) -> None:
+        SchemaError.__init__(
+            self,
+            f"the Store's tables do not exist in this database ({detail}). Create them once: "
+            "run store.setup() (await store.setup() on the async store), with the same "
+            "index= as the store uses, or `colosseum store setup` (no index).",
+        )

@@ -47,6 +47,7 @@ from langgraph_colosseum._core.memory import (
 from langgraph_colosseum._driver import logger
 from langgraph_colosseum.aio import AsyncColosseumSaver
 from langgraph_colosseum.embedded import servers
+from langgraph_colosseum.errors import SchemaMissingError, StoreSchemaMissingError
 from langgraph_colosseum.saver import ColosseumSaver
 
 T = TypeVar("T")
@@ -263,12 +264,14 @@ class ColosseumStore(_StoreBase):
             if request.query:
                 return [self.embeddings.embed_query(text) for text in request.texts]
             return self.embeddings.embed_documents(list(request.texts))
-        return self._driver._perform(request)
+        with _store_schema_errors():
+            return self._driver._perform(request)
 
     async def _perform_in_thread(self, request: Request) -> Any:
         if isinstance(request, Embed):
             return await _aembed(self.embeddings, request)
-        return await asyncio.to_thread(self._driver._perform, request)
+        with _store_schema_errors():
+            return await asyncio.to_thread(self._driver._perform, request)
 
     def _run(self, op: Operation[T]) -> T:
         return io.run(op, self._perform)
@@ -387,7 +390,8 @@ class AsyncColosseumStore(_StoreBase):
     async def _perform(self, request: Request) -> Any:
         if isinstance(request, Embed):
             return await _aembed(self.embeddings, request)
-        return await self._driver._perform(request)
+        with _store_schema_errors():
+            return await self._driver._perform(request)
 
     async def _arun(self, op: Operation[T]) -> T:
         return await io.arun(op, self._perform)
@@ -410,6 +414,16 @@ class AsyncColosseumStore(_StoreBase):
                 "or make one async call first."
             )
         return loop
+
+
+@contextmanager
+def _store_schema_errors() -> Iterator[None]:
+    """The saver's driver names saver.setup() for a missing table; here it is the Store's."""
+    try:
+        yield
+    except SchemaMissingError as exc:
+        detail = str(exc.__cause__ or exc)
+        raise StoreSchemaMissingError(detail) from exc
 
 
 async def _aembed(embeddings: Any, request: Embed) -> list[list[float]]:

@@ -35,6 +35,7 @@ from langgraph_colosseum import ColosseumSaver
 from langgraph_colosseum.errors import (
     PgvectorUnavailableError,
     StoreFilterError,
+    StoreSchemaMissingError,
     StoreValueError,
 )
 from langgraph_colosseum.memory import AsyncColosseumStore, ColosseumStore
@@ -614,3 +615,13 @@ def test_store_and_saver_share_a_pool_in_one_graph(store_url: str) -> None:
         shared = ColosseumStore.from_saver(saver)
         assert shared.saver is saver
         assert shared.get(("users", "cio"), "risk").value == {"text": "no leverage"}
+
+
+async def test_use_before_setup_names_store_setup() -> None:
+    with fresh_database(server_url()) as url:
+        with ColosseumStore.from_conn_string(url) as store:
+            with pytest.raises(StoreSchemaMissingError, match=r"store\.setup\(\)"):
+                store.get(("a",), "k")
+        async with AsyncColosseumStore.from_conn_string(url) as astore:
+            with pytest.raises(StoreSchemaMissingError, match=r"await store\.setup\(\)"):
+                await astore.aput(("a",), "k", {"v": 1})

@@ -362,3 +362,34 @@ async def test_async_embeddings_are_awaited(vector_url: str) -> None:
         await store.aput(("a",), "k", {"text": "hello world"})
         assert keys(await store.asearch(("a",), query="hello")) == ["k"]
     assert calls == ["hello world", "hello"]
+
+
+async def test_ranked_searches_skip_expired_items_and_refresh_what_they_return(
+    vector_url: str,
+) -> None:
+    empty_if_made(vector_url)
+    emb = HashEmbeddings(DIMS)
+    with ColosseumStore.from_conn_string(vector_url, index=index_config(emb)) as store:
+        store.put(("t",), "gone", {"text": "broker session token"}, ttl=10)
+        store.put(("t",), "live", {"text": "broker session cache"}, ttl=10)
+        sql(
+            vector_url,
+            "UPDATE colosseum_store_items SET expires_at = now() - interval '1 minute' "
+            "WHERE key = 'gone'",
+        )
+        sql(
+            vector_url,
+            "UPDATE colosseum_store_items SET expires_at = now() + interval '1 minute' "
+            "WHERE key = 'live'",
+        )
+        for mode in ("vector", "hybrid", "text"):
+            found = store.search(("t",), query="broker session token", mode=mode, refresh_ttl=False)
+            assert keys(found) == ["live"], mode
+        (live_before,) = sql(
+            vector_url, "SELECT expires_at FROM colosseum_store_items WHERE key = 'live'"
+        )[0]
+        store.search(("t",), query="broker session token", mode="hybrid")
+        (live_after,) = sql(
+            vector_url, "SELECT expires_at FROM colosseum_store_items WHERE key = 'live'"
+        )[0]
+        assert live_after > live_before
