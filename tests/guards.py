@@ -119,6 +119,13 @@ GUARDS: list[Guard] = [
         tests=(f"{GUARD_TESTS}::test_the_sweep_spares_a_thread_written_after_it_was_chosen",),
     ),
     Guard(
+        name="sweep: the thread row is locked before its rows are deleted",
+        file="langgraph_colosseum/_core/threads.py",
+        original="AND expires_at < now()\nFOR UPDATE",
+        mutant="AND expires_at < now()",
+        tests=(f"{GUARD_TESTS}::test_the_sweep_locks_the_thread_before_deleting_its_rows",),
+    ),
+    Guard(
         name="sweep: deletes with the expiry re-check, not plain deletes",
         file="langgraph_colosseum/_core/store.py",
         original="deletes = sql.DELETE_EXPIRED_THREADS if only_expired else sql.DELETE_THREADS",

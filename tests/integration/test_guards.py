@@ -15,6 +15,7 @@ from __future__ import annotations
 
 import contextvars
 import threading
+import time
 import uuid
 from collections.abc import Callable, Iterator
 from contextlib import contextmanager
@@ -428,3 +429,65 @@ def test_pending_writes_come_back_in_the_order_inmemorysaver_gives(pg_url: str, 
         for how, got in reads.items():
             assert got is not None
             assert repr(got.pending_writes) == repr(want.pending_writes), how
+
+
+def test_the_sweep_locks_the_thread_before_deleting_its_rows(pg_url: str) -> None:
+    """A write that reaches the thread while the sweep's delete transaction runs.
+
+    The test holds the thread's registry row (as a put's upsert does) before the
+    sweep starts; it touches the expiry and commits only once the sweep waits on
+    that row. Held by LOCK_STILL_EXPIRED's FOR UPDATE: the sweep waits before
+    deleting anything, sees the new expiry and spares the thread. Without the
+    lock it deletes the checkpoints first and only the registry row survives.
+    """
+    truncate(pg_url)
+    retention = Retention(thread_ttl=timedelta(hours=1))
+    thread_id = new_thread("sweep-lock")
+    steps = Steps(thread_id)
+    with worker(pg_url, hot=False, retention=retention) as saver:
+        for i in range(3):
+            steps.put(saver, f"step {i}")
+        with psycopg.connect(pg_url, autocommit=True) as conn:
+            conn.execute(
+                "UPDATE colosseum_threads SET expires_at = now() - interval '1 minute' "
+                "WHERE thread_id = %s",
+                (thread_id,),
+            )
+        swept: list[Any] = []
+        with psycopg.connect(pg_url) as writer:  # one transaction, open until commit
+            writer.execute(
+                "SELECT 1 FROM colosseum_threads WHERE thread_id = %s FOR UPDATE", (thread_id,)
+            )
+            sweeper = threading.Thread(target=lambda: swept.append(saver.sweep()))
+            sweeper.start()
+            _wait_for_a_backend_blocked_by(pg_url, writer.info.backend_pid)
+            writer.execute(
+                "UPDATE colosseum_threads SET expires_at = now() + interval '1 hour' "
+                "WHERE thread_id = %s",
+                (thread_id,),
+            )
+            writer.commit()
+        sweeper.join(30)
+        assert not sweeper.is_alive() and len(swept) == 1
+
+        history = list(saver.list(latest(thread_id)))
+        assert [t.checkpoint["id"] for t in history] == steps.ids[::-1]
+        assert [t.checkpoint["channel_values"] for t in history] == [
+            {"x": f"step {i}"} for i in (2, 1, 0)
+        ]
+        assert saver.threads.get(thread_id) is not None
+
+
+def _wait_for_a_backend_blocked_by(url: str, pid: int, timeout: float = 30.0) -> None:
+    """Until some backend waits for a lock `pid` holds (Postgres says so: no timing)."""
+    deadline = time.monotonic() + timeout
+    with psycopg.connect(url, autocommit=True) as conn:
+        while True:
+            blocked = conn.execute(
+                "SELECT count(*) FROM pg_stat_activity WHERE %s = ANY(pg_blocking_pids(pid))",
+                (pid,),
+            ).fetchone()
+            if blocked and blocked[0]:
+                return
+            assert time.monotonic() < deadline, "the sweep never reached the locked row"
+            time.sleep(0.02)
