@@ -247,7 +247,18 @@ NAMESPACE_OPTION = typer.Option(
 
 @_command()
 def demo(
-    ticker: str = typer.Option(DEFAULT_TICKER, help="The ticker the committee meets on."),
+    ticker: str = typer.Option(
+        DEFAULT_TICKER,
+        help="The ticker the committee meets on: any, such as AMD, NFLX, NVDA, AAPL, MSFT or "
+        "TSLA. One the risk manager vetoes shows the veto, and the committee then meets on AMD.",
+    ),
+    keep: bool | None = typer.Option(
+        None,
+        "--keep/--no-keep",
+        show_default=False,
+        help="Keep the run's threads and its committee_orders table (default: kept on the "
+        "embedded database, removed from a database you configured).",
+    ),
 ) -> None:
     """An investment committee, end to end, in one run (no LLM, no network).
 
@@ -256,10 +267,9 @@ def demo(
     conversation; time travel and a fork; a thread search.
     """
     try:
-        run_demo(console, ticker=ticker)
+        run_demo(console, ticker=ticker, keep=keep)
     except DemoFailedError as exc:
-        console.print(f"[red]demo failed: {exc}[/]")
-        raise typer.Exit(1) from exc
+        raise Fail(f"demo failed: {exc}") from exc
 
 
 @_command()

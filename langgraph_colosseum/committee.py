@@ -17,10 +17,12 @@ Example:
     >>> book.setup()
     >>> graph = build_committee(saver, book)
     >>> config = {"configurable": {"thread_id": "committee-1"}}
-    >>> graph.invoke(convene("NVDA"), config)             # stops at the CIO's approval
+    >>> graph.invoke(convene("AMD"), config)              # stops at the CIO's approval
     >>> graph.invoke(Command(resume={"approved": True, "by": "cio"}), config)
     >>> book.orders("committee-1")
-    [Order(ticker='NVDA', side='buy', quantity=..., ...)]
+    [Order(ticker='AMD', side='buy', quantity=..., ...)]
+    >>> graph.invoke(convene("NVDA"), {"configurable": {"thread_id": "committee-2"}})
+    ...                                                   # vetoed: the run ends, no order
 """
 
 from __future__ import annotations
@@ -84,7 +86,7 @@ def convene(ticker: str, mandate: dict[str, float] | None = None) -> CommitteeSt
     """The input that opens a committee on `ticker`.
 
     Example:
-        >>> graph.invoke(convene("NVDA"), {"configurable": {"thread_id": "t1"}})
+        >>> graph.invoke(convene("AMD"), {"configurable": {"thread_id": "t1"}})
     """
     return {
         "messages": [HumanMessage(f"Should we buy {ticker}?", name="portfolio_manager")],
@@ -121,7 +123,7 @@ def indicators(closes: list[float]) -> dict[str, Any]:
     """SMA 20/50, RSI 14, annualised volatility, 20-day momentum, and a signal.
 
     Example:
-        >>> indicators(price_series("NVDA"))["signal"]
+        >>> indicators(price_series("AMD"))["signal"]
         'buy'
     """
     returns = [math.log(b / a) for a, b in itertools.pairwise(closes)]
@@ -149,7 +151,7 @@ def size_position(found: dict[str, Any], mandate: dict[str, float]) -> dict[str,
     """Shares to buy within the mandate, a stop two daily moves below, or a veto.
 
     Example:
-        >>> size_position(indicators(price_series("NVDA")), DEFAULT_MANDATE)["shares"]
+        >>> size_position(indicators(price_series("AMD")), DEFAULT_MANDATE)["shares"]
         ...
     """
     price = found["close"]
@@ -237,9 +239,27 @@ class OrderBook:
     def __init__(self, url: str) -> None:
         self.url = url
 
+    EXISTS = "SELECT to_regclass('committee_orders') IS NOT NULL"
+    DROP = "DROP TABLE IF EXISTS committee_orders"
+    FORGET = "DELETE FROM committee_orders WHERE thread_id = ANY(%s)"
+
     def setup(self) -> None:
         with psycopg.connect(self.url, autocommit=True) as conn:
             conn.execute(self.CREATE)
+
+    def exists(self) -> bool:
+        with psycopg.connect(self.url, autocommit=True) as conn:
+            return bool(conn.execute(self.EXISTS).fetchone()[0])
+
+    def drop(self) -> None:
+        """Remove the table (the demo's own, on a database the user configured)."""
+        with psycopg.connect(self.url, autocommit=True) as conn:
+            conn.execute(self.DROP)
+
+    def forget(self, thread_ids: list[str]) -> None:
+        """Remove the orders of these threads."""
+        with psycopg.connect(self.url, autocommit=True) as conn:
+            conn.execute(self.FORGET, [thread_ids])
 
     def place(
         self, *, thread_id: str, ticker: str, side: str, quantity: int, limit_price: float

@@ -13,8 +13,15 @@ the run shows, in order:
 5. time travel to a past checkpoint, and a fork with `update_state`;
 6. a second committee, and a thread search over both.
 
+Any ticker works: one the risk manager vetoes (most of them, under the
+default mandate) ends its committee with the veto, which the demo shows, and
+the committee then meets on AMD, which it buys.
+
 It uses `ColosseumSaver.from_env()`: the configured URLs, else the embedded
 servers. Thread ids are new on every run, so it can be run again and again.
+On the embedded database the run's threads and its `committee_orders` table
+stay, to look around; on a configured database they are removed at the end
+unless `keep=True` (`colosseum demo --keep`).
 
 Example:
     $ colosseum demo
@@ -38,9 +45,11 @@ from langchain_core.messages import ToolMessage
 from langchain_core.runnables import RunnableConfig
 from langgraph.types import Command
 from rich.console import Console
+from rich.markup import escape
 from rich.panel import Panel
 from rich.rule import Rule
 from rich.table import Table
+from rich.text import Text
 
 from langgraph_colosseum import embedded
 from langgraph_colosseum.committee import (
@@ -76,8 +85,13 @@ class DemoOutcome:
     fork_head: str  # the fork's latest checkpoint, waiting for approval
 
 
-def run(console: Console | None = None, ticker: str = DEFAULT_TICKER) -> DemoOutcome:
+def run(
+    console: Console | None = None, ticker: str = DEFAULT_TICKER, keep: bool | None = None
+) -> DemoOutcome:
     """Run the whole demo, printing as it goes; raises DemoFailedError if an invariant breaks.
+
+    `keep`: leave the run's threads and orders in the database (default: only
+    on the embedded one, never in a database you configured).
 
     Example:
         >>> outcome = run()
@@ -86,13 +100,12 @@ def run(console: Console | None = None, ticker: str = DEFAULT_TICKER) -> DemoOut
     """
     console = console or Console()
     run_id = uuid.uuid4().hex[:8]
-    thread_id = f"committee-{run_id}-{ticker.lower()}"
-    config: RunnableConfig = {"configurable": {"thread_id": thread_id},
-                              "metadata": {"desk": "demo", "demo_run": run_id}}  # fmt: skip
+    keep = embedded.configured_database_url() is None if keep is None else keep
 
     console.print(Panel.fit(
-        f"An investment committee on [bold]{ticker}[/]: a supervisor, a technical analyst, a risk\n"
-        "manager, the CIO's approval and an idempotent order tool. No LLM, no network.",
+        f"An investment committee on [bold]{escape(ticker)}[/]: a supervisor, a technical "
+        "analyst, a risk\nmanager, the CIO's approval and an idempotent order tool. No LLM, "
+        "no network.",
         title="langgraph-colosseum demo",
     ))  # fmt: skip
     env = _servers(console)
@@ -100,85 +113,149 @@ def run(console: Console | None = None, ticker: str = DEFAULT_TICKER) -> DemoOut
     with ColosseumSaver.from_env(pool_size=2) as saver:
         saver.setup()
         book = OrderBook(env[embedded.DATABASE_ENV[0]])
+        book_existed = book.exists()
         book.setup()
-        graph = build_committee(saver, book)
+        try:
+            return _run(console, saver, book, env, ticker, run_id, keep)
+        finally:
+            if not keep:
+                _clean_up(console, saver, book, run_id, drop_table=not book_existed)
 
-        _section(console, "1", "The committee meets, and stops for the CIO's approval")
-        graph.invoke(convene(ticker), config)
-        state = graph.get_state(config)
-        _show_analysis(console, state.values)
-        if not state.interrupts:
-            raise DemoFailedError(
-                f"{state.values['messages'][-1].content} The demo needs a ticker the committee "
-                f"would buy, such as {DEFAULT_TICKER}."
-            )
-        (question,) = state.interrupts
-        console.print(Panel(
-            f"{question.value['question']}\n[dim]thread {thread_id} is now "
-            f"'{saver.threads.get(thread_id).status}'; graph.get_state(config).interrupts holds this[/]",
-            title="interrupt()", border_style="yellow",
-        ))  # fmt: skip
 
-        _section(console, "2", "The approval resumes in a worker, which is killed mid-step")
-        crashed = _worker(console, env, "approve", thread_id,
-                          "a worker resumes with Command(resume=...)")  # fmt: skip
-        orders = book.orders(thread_id)
-        head = graph.get_state(config)
-        console.print(
-            f"worker pid {crashed.pid} resumed with {APPROVAL}, the broker received "
-            f"order {[o.order_id for o in orders]}, and the worker was "
-            f"{_how_it_ended(crashed.returncode)} before the step was saved.\n"
-            f"The thread's last checkpoint still has next = {head.next}: the order step is "
-            "not done as far as the graph knows."
-        )
-        if crashed.returncode != -signal.SIGKILL or len(orders) != 1 or head.next != ("tools",):
-            raise DemoFailedError(f"the crash did not happen as staged: {crashed}, {orders}")
+def _run(
+    console: Console, saver: ColosseumSaver, book: OrderBook, env: dict[str, str],
+    ticker: str, run_id: str, keep: bool,
+) -> DemoOutcome:  # fmt: skip
+    graph = build_committee(saver, book)
+    metadata = {"desk": "demo", "demo_run": run_id}
 
-        _section(console, "3", "Resumed by thread_id in a new process")
-        resumed = _worker(console, env, "continue", thread_id,
-                          "a new process runs graph.invoke(None, config)")  # fmt: skip
-        orders = book.orders(thread_id)
-        final = graph.get_state(config)
-        console.print(
-            f"worker pid {resumed.pid} re-ran the order step; the tool ledger answered with the "
-            f"recorded fill instead of calling the broker again.\n"
-            f"[bold]The broker received {len(orders)} order(s)[/] for this thread: "
-            f"{_order_text(orders)}\n"
-            f"Last word: {final.values['messages'][-1].content}"
-        )
-        _show_ledger(console, saver, thread_id)
-        if resumed.returncode != 0 or len(orders) != 1 or final.next:
-            raise DemoFailedError(f"the resume did not finish the committee: {resumed}, {orders}")
+    _section(console, "1", "The committee meets, and stops for the CIO's approval")
+    thread_id, vetoed_thread_id = _meet(console, graph, saver, ticker, run_id, metadata)
+    config: RunnableConfig = {"configurable": {"thread_id": thread_id}, "metadata": metadata}
+    state = graph.get_state(config)
+    (question,) = state.interrupts
+    console.print(Panel(
+        f"{question.value['question']}\n[dim]thread {thread_id} is now "
+        f"'{saver.threads.get(thread_id).status}'; graph.get_state(config).interrupts holds this[/]",
+        title="interrupt()", border_style="yellow",
+    ))  # fmt: skip
 
-        _section(console, "4", "Who said what: saver.threads.messages(thread_id)")
-        _show_conversation(console, saver, thread_id)
+    _section(console, "2", "The approval resumes in a worker, which is killed mid-step")
+    crashed = _worker(console, env, "approve", thread_id,
+                      "a worker resumes with Command(resume=...)")  # fmt: skip
+    orders = book.orders(thread_id)
+    head = graph.get_state(config)
+    console.print(
+        f"worker pid {crashed.pid} resumed with {APPROVAL}, the broker received "
+        f"order {[o.order_id for o in orders]}, and the worker was "
+        f"{_how_it_ended(crashed.returncode)} before the step was saved.\n"
+        f"The thread's last checkpoint still has next = {head.next}: the order step is "
+        "not done as far as the graph knows."
+    )
+    if crashed.returncode != -signal.SIGKILL or len(orders) != 1 or head.next != ("tools",):
+        raise DemoFailedError(f"the crash did not happen as staged: {crashed}, {orders}")
 
-        _section(console, "5", "Time travel, and a fork")
-        travelled_to, fork_head = _time_travel(console, graph, config, len(orders))
+    _section(console, "3", "Resumed by thread_id in a new process")
+    resumed = _worker(console, env, "continue", thread_id,
+                      "a new process runs graph.invoke(None, config)")  # fmt: skip
+    orders = book.orders(thread_id)
+    final = graph.get_state(config)
+    console.print(
+        f"worker pid {resumed.pid} re-ran the order step; the tool ledger answered with the "
+        f"recorded fill instead of calling the broker again.\n"
+        f"[bold]The broker received {len(orders)} order(s)[/] for this thread: "
+        f"{_order_text(orders)}\n"
+        f"Last word: {final.values['messages'][-1].content}"
+    )
+    _show_ledger(console, saver, thread_id)
+    if resumed.returncode != 0 or len(orders) != 1 or final.next:
+        raise DemoFailedError(f"the resume did not finish the committee: {resumed}, {orders}")
 
-        _section(console, "6", "Another committee, and a thread search")
-        vetoed_thread_id = f"committee-{run_id}-{VETOED_TICKER.lower()}"
+    _section(console, "4", "Who said what: saver.threads.messages(thread_id)")
+    _show_conversation(console, saver, thread_id)
+
+    _section(console, "5", "Time travel, and a fork")
+    travelled_to, fork_head = _time_travel(console, graph, config, len(orders))
+
+    _section(console, "6", "Another committee, and a thread search")
+    if vetoed_thread_id is None:
+        vetoed_thread_id = _committee_thread(run_id, VETOED_TICKER)
         graph.invoke(convene(VETOED_TICKER),
                      {**config, "configurable": {"thread_id": vetoed_thread_id}})  # fmt: skip
-        _show_searches(console, saver, run_id)
+    else:
+        console.print("The vetoed committee of section 1 is the other thread.", highlight=False)
+    vetoed_ticker = graph.get_state({"configurable": {"thread_id": vetoed_thread_id}}).values[
+        "ticker"
+    ]
+    _show_searches(console, saver, run_id, vetoed_ticker)
 
-        orders = book.orders(thread_id)
-        if len(orders) != 1 or book.orders(vetoed_thread_id):
-            raise DemoFailedError(f"orders: {orders}, vetoed: {book.orders(vetoed_thread_id)}")
+    orders = book.orders(thread_id)
+    if len(orders) != 1 or book.orders(vetoed_thread_id):
+        raise DemoFailedError(f"orders: {orders}, vetoed: {book.orders(vetoed_thread_id)}")
 
     console.print(Panel(f"One order, placed once, through a crash: {_order_text(orders)}",
                         title="done", border_style="green"))  # fmt: skip
-    console.print("Look around:")
-    for command in (f"history {thread_id}", f"messages {thread_id}",
-                    f"diff {thread_id} {travelled_to} {fork_head}",
-                    f"threads --metadata '{{\"demo_run\": \"{run_id}\"}}'"):  # fmt: skip
+    commands = (f"history {thread_id}", f"messages {thread_id}",
+                f"diff {thread_id} {travelled_to} {fork_head}",
+                f"threads --metadata '{{\"demo_run\": \"{run_id}\"}}'")  # fmt: skip
+    if keep:
+        console.print("Look around:")
+    else:
+        console.print("This run's threads and orders are removed from your database now; run "
+                      "`colosseum demo --keep` to keep them and look around with:")  # fmt: skip
+    for command in commands:
         # soft_wrap: a command wider than the terminal still copies as one line.
-        console.print(f"  colosseum {command}", soft_wrap=True, highlight=False)
+        console.print(f"  colosseum {command}", soft_wrap=True, highlight=False, markup=False)
     return DemoOutcome(run_id, thread_id, vetoed_thread_id, orders, crashed.pid,
                        travelled_to, fork_head)  # fmt: skip
 
 
-# ------------------------------------------------------------------ the sections
+def _committee_thread(run_id: str, ticker: str) -> str:
+    return f"committee-{run_id}-{ticker.lower()}"
+
+
+def _meet(
+    console: Console, graph: Any, saver: ColosseumSaver, ticker: str, run_id: str,
+    metadata: dict[str, Any],
+) -> tuple[str, str | None]:  # fmt: skip
+    """The committee on `ticker`; on a veto, shown as the normal outcome it is, a
+    second committee on DEFAULT_TICKER. (the thread waiting for the CIO, the vetoed one)."""
+    thread_id = _committee_thread(run_id, ticker)
+    config: RunnableConfig = {"configurable": {"thread_id": thread_id}, "metadata": metadata}
+    graph.invoke(convene(ticker), config)
+    state = graph.get_state(config)
+    _show_analysis(console, state.values)
+    if state.interrupts:
+        return thread_id, None
+    veto = state.values["position"]["veto"]
+    console.print(Panel(
+        f"The risk manager vetoed {escape(ticker)}: {escape(str(veto))}.\n"
+        f"A veto is a normal outcome: nothing is ordered, and thread {escape(thread_id)} ends "
+        f"'{saver.threads.get(thread_id).status}'. The committee meets again, on "
+        f"{DEFAULT_TICKER}.",
+        title="vetoed", border_style="yellow",
+    ))  # fmt: skip
+    second = _committee_thread(run_id, DEFAULT_TICKER)
+    config = {"configurable": {"thread_id": second}, "metadata": metadata}
+    graph.invoke(convene(DEFAULT_TICKER), config)
+    state = graph.get_state(config)
+    _show_analysis(console, state.values)
+    if not state.interrupts:
+        raise DemoFailedError(f"the committee vetoed {DEFAULT_TICKER} too: {state.values}")
+    return second, thread_id
+
+
+def _clean_up(
+    console: Console, saver: ColosseumSaver, book: OrderBook, run_id: str, *, drop_table: bool
+) -> None:
+    """Remove what this run wrote to a database the user configured."""
+    found = saver.threads.search(metadata={"demo_run": run_id}, limit=1000)
+    for thread in found:
+        saver.delete_thread(thread.thread_id)
+    if drop_table:
+        book.drop()
+    else:
+        book.forget([thread.thread_id for thread in found])
 
 
 def _servers(console: Console) -> dict[str, str]:
@@ -291,18 +368,21 @@ def _checkpoint_id(snapshot: Any) -> str:
     return snapshot.config["configurable"]["checkpoint_id"]
 
 
-def _show_searches(console: Console, saver: ColosseumSaver, run_id: str) -> None:
+def _show_searches(
+    console: Console, saver: ColosseumSaver, run_id: str, vetoed_ticker: str
+) -> None:
     this_run = {"demo_run": run_id}
     console.print(f"saver.threads.search(metadata={this_run}, ...), newest update first:")
     searches: list[tuple[str, dict[str, Any]]] = [
         ("-", {}),
         ("status='interrupted'", {"status": "interrupted"}),
-        (f"values={{'ticker': '{VETOED_TICKER}'}}", {"values": {"ticker": VETOED_TICKER}}),
+        (f"values={{'ticker': '{vetoed_ticker}'}}", {"values": {"ticker": vetoed_ticker}}),
     ]
-    table = Table("and also", "thread", "status", "ticker")
+    table = Table("search: also", "thread", "status", "ticker")
     for label, query in searches:
         for found in saver.threads.search(metadata=this_run, **query):
-            table.add_row(label, found.thread_id, found.status, found.values.get("ticker"))
+            table.add_row(Text(label), Text(found.thread_id), found.status,
+                          Text(str(found.values.get("ticker"))))  # fmt: skip
             label = ""
         table.add_section()
     console.print(table)
@@ -385,13 +465,15 @@ def main(argv: Sequence[str] | None = None) -> None:
     parser = argparse.ArgumentParser(prog="python -m langgraph_colosseum.demo",
                                      description=__doc__.split("\n\n")[0])  # fmt: skip
     parser.add_argument("--ticker", default=DEFAULT_TICKER)
+    parser.add_argument("--keep", action="store_true", default=None,
+                        help="keep the run's threads and orders in a configured database")  # fmt: skip
     parser.add_argument("--worker", nargs=2, metavar=("TASK", "THREAD"),
                         help="internal: run a worker's turn (approve | continue) on a thread")  # fmt: skip
     args = parser.parse_args(argv)
     if args.worker:
         work(*args.worker)
     else:
-        run(ticker=args.ticker)
+        run(ticker=args.ticker, keep=args.keep)
 
 
 if __name__ == "__main__":

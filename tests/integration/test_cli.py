@@ -193,7 +193,7 @@ def test_demo_runs_to_the_end_and_places_the_order_once(
     truncate(cli_db)
     for name in embedded.REDIS_ENV:
         monkeypatch.delenv(name, raising=False)
-    output = run("demo")
+    output = run("demo", "--keep")  # a configured database: kept only when asked
     for shown in ("interrupt()", "killed by SIGKILL", "Resumed by thread_id",
                   "Who said what", "Time travel", "thread search"):  # fmt: skip
         assert shown in output

@@ -314,6 +314,39 @@ async def test_the_async_audit_trail_lists_a_fork_note(db: str) -> None:
     assert [(e.node, e.message.content) for e in said][-1] == ("update_state", "fork note")
 
 
+# ============================================================ 13.3: the demo's tickers
+
+
+def demo_leftovers(db: str) -> tuple[bool, int]:
+    with psycopg.connect(db) as conn:
+        table = conn.execute("SELECT to_regclass('committee_orders') IS NOT NULL").fetchone()[0]
+        threads = conn.execute(
+            "SELECT count(*) FROM colosseum_threads WHERE metadata ->> 'desk' = '\"demo\"'"
+            ' OR metadata @> \'{"desk": "demo"}\''
+        ).fetchone()[0]
+    return table, threads
+
+
+@pytest.mark.parametrize("ticker", ["NFLX", "NVDA", "AAPL", "MSFT", "TSLA"])
+def test_every_suggested_ticker_runs_the_demo_and_leaves_nothing_behind(
+    db: str, ticker: str
+) -> None:
+    assert ticker in " ".join(ok("demo", "--help").split())  # the help suggests it
+    with psycopg.connect(db, autocommit=True) as conn:
+        conn.execute("DROP TABLE IF EXISTS committee_orders")
+    result = invoke("demo", "--ticker", ticker)
+    assert result.exit_code == 0, result.output
+    text = " ".join(result.stdout.split())
+    if ticker == "NFLX":  # the committee buys it
+        assert "vetoed" not in text and "BUY" in text.upper()
+    else:
+        assert f"The risk manager vetoed {ticker}" in text
+        assert "A veto is a normal outcome" in text and "meets again, on AMD" in text
+    assert "One order, placed once, through a crash" in text
+    # A configured database: no committee_orders table, no threads of the run.
+    assert demo_leftovers(db) == (False, 0)
+
+
 # ============================================================ 13.5: 80 columns, ids, values
 
 
