@@ -71,6 +71,24 @@ GUARDS: list[Guard] = [
         tests=(f"{GUARD_TESTS}::test_a_refill_loses_to_a_write_in_between",),
     ),
     Guard(
+        name="hot head: a read misses while the head awaits writes committed before its put",
+        file="langgraph_colosseum/_core/hot.py",
+        original="if not id or redis.call('HEXISTS', key, P .. 'x') == 1 then return {seq} end",
+        mutant="if not id then return {seq} end",
+        tests=(
+            f"{GUARD_TESTS}::test_a_head_is_not_served_until_writes_committed_before_its_put_arrive",
+        ),
+    ),
+    Guard(
+        name="hot head: an advance awaits the writes Postgres had before the put",
+        file="langgraph_colosseum/_core/hot.py",
+        original="await_slots(awaited)\ndrop_replaced(old, versions)",
+        mutant="drop_replaced(old, versions)",
+        tests=(
+            f"{GUARD_TESTS}::test_a_head_is_not_served_until_writes_committed_before_its_put_arrive",
+        ),
+    ),
+    Guard(
         name="tool ledger: a claim is taken over only once its lease lapsed",
         file="langgraph_colosseum/_core/ledger.py",
         original="WHERE (t.status IN ('RUNNING', 'TIMED_OUT', 'PENDING') AND t.lease_until < now()",

@@ -491,3 +491,39 @@ def _wait_for_a_backend_blocked_by(url: str, pid: int, timeout: float = 30.0) ->
                 return
             assert time.monotonic() < deadline, "the sweep never reached the locked row"
             time.sleep(0.02)
+
+
+# ------------------- 7. a head waits for writes that committed before its put
+
+
+def test_a_head_is_not_served_until_writes_committed_before_its_put_arrive(pg_url: str) -> None:
+    """LangGraph sends puts in the background: a task's writes for c2 can commit
+    before c2's put, and their script reach Redis after the put's. Held by ADVANCE
+    awaiting those slots (`x`, from PUT's writes_before) and READ missing while
+    any are awaited: no reader may get c2 without its writes."""
+    truncate(pg_url)
+    thread_id = new_thread("awaited-writes")
+    steps = Steps(thread_id)
+    with worker(pg_url) as tasks, worker(pg_url) as putter, worker(pg_url) as reader:
+        steps.put(putter, "c1")
+        reader.get_tuple(latest(thread_id))  # the head: c1
+        c2 = steps.next(putter, "c2")
+        c2_config = at(thread_id, steps.ids[1])
+        writes = [("x", "w1"), ("y", "w2")]
+
+        seen: list[Any] = []
+
+        def put_and_read() -> None:
+            putter.put(*c2)  # its ADVANCE runs before the writes' ADD_WRITES
+            seen.append(reader.get_tuple(latest(thread_id)))
+
+        tasks.before = hook = Once(cache_script("add_writes"), put_and_read)
+        tasks.put_writes(c2_config, writes, "task-1", "~__pregel_pull, node")
+        assert hook.fired
+        expected = [("task-1", "x", "w1"), ("task-1", "y", "w2")]
+        (during,) = seen
+        assert during is not None and during.checkpoint["id"] == steps.ids[1]
+        assert during.pending_writes == expected
+        after = read_from_redis_only(reader, thread_id)  # complete now: served by Redis
+        assert after.checkpoint["id"] == steps.ids[1]
+        assert after.pending_writes == expected
