@@ -24,6 +24,7 @@ Invariants, and who keeps them:
 from __future__ import annotations
 
 import hashlib
+import json
 from collections.abc import Iterable, Sequence
 from dataclasses import dataclass, field
 from typing import Any, Literal, NamedTuple
@@ -182,6 +183,11 @@ class VectorIndex:
         )
         out: dict[str, str] = {}
         for path, tokens in paths:
+            if tokens == "$":
+                # LangGraph's json.dumps of the whole value fails on a datetime,
+                # a UUID...: the typed values a store holds are embedded as text.
+                out[path] = json.dumps(value, sort_keys=True, ensure_ascii=False, default=str)
+                continue
             found = get_text_at_path(value, tokens)
             for i, text in enumerate(found):
                 out[f"{path}.{i}" if len(found) > 1 else path] = text
@@ -483,11 +489,12 @@ class MemoryOps:
     def _plan_puts(self, puts: list[PutOp]) -> tuple[list[_Upsert], list[tuple[str, str]]]:
         last: dict[tuple[tuple[str, ...], str], PutOp] = {}
         for op in puts:
-            last.pop((op.namespace, op.key), None)  # keep the order of the last puts
             last[(op.namespace, op.key)] = op
         upserts: list[_Upsert] = []
         deletes: list[tuple[str, str]] = []
-        for (namespace, key), op in last.items():
+        # In key order: concurrent batches then lock rows in the same order, so
+        # two of them writing the same items wait for each other, not deadlock.
+        for (namespace, key), op in sorted(last.items(), key=lambda kv: kv[0]):
             if op.value is None:
                 deletes.append((namespace_text(namespace), key))
                 continue

@@ -393,3 +393,18 @@ async def test_ranked_searches_skip_expired_items_and_refresh_what_they_return(
             vector_url, "SELECT expires_at FROM colosseum_store_items WHERE key = 'live'"
         )[0]
         assert live_after > live_before
+
+
+async def test_whole_value_index_embeds_typed_values(vector_url: str) -> None:
+    """Without `fields`, the whole value is the text, datetimes and UUIDs included."""
+    import datetime as dt
+    import uuid
+
+    empty_if_made(vector_url)
+    emb = HashEmbeddings(DIMS)
+    with ColosseumStore.from_conn_string(vector_url, index={"dims": DIMS, "embed": emb}) as store:
+        when = dt.datetime(2026, 5, 1, tzinfo=dt.timezone.utc)
+        store.put(("t",), "a", {"note": "rebalance quarterly", "at": when, "id": uuid.UUID(int=1)})
+        store.put(("t",), "b", {"note": "dividend calendar"})
+        assert keys(store.search(("t",), query="2026-05-01 00:00:00+00:00"))[0] == "a"
+        assert store.get(("t",), "a").value["at"] == when
