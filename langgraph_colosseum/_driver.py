@@ -4,8 +4,8 @@ Reads are not prepared (`Query.prepare` is False): a generic plan cached while a
 thread's tables were small keeps scanning after they grow (measured: get_tuple
 3x slower on a fresh database), and planning them costs a fraction of a
 millisecond. The hot writes, `put` and `put_writes`, are primary-key operations
-whose generic plans stay right; they follow psycopg's prepare policy, so a user
-behind an old PgBouncer in transaction mode sets `prepare_threshold=None`.
+whose generic plans stay right; they follow psycopg's prepare policy, which
+`pgbouncer=True` turns off (`prepare_threshold=None`, see _pool.py).
 
 These are the only places that touch a connection; keep them side by side so
 a change to one is made to the other.

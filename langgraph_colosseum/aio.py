@@ -32,9 +32,9 @@ from langgraph_colosseum._driver import (
     logger,
     never_connected,
 )
+from langgraph_colosseum._pool import PoolSettings, pool_arguments, require_transaction_mode_safe
 from langgraph_colosseum.cache import AsyncRedisCache, async_client_from_url
 from langgraph_colosseum.embedded import servers
-from langgraph_colosseum.saver import DEFAULT_POOL_SIZE
 from langgraph_colosseum.threads import AsyncThreads
 
 T = TypeVar("T")
@@ -68,6 +68,7 @@ class AsyncColosseumSaver(ColosseumSaverBase[AsyncThreads]):
         cache: Any = None,
         hot_ttl: timedelta = DEFAULT_HOT_TTL,
         cache_prefix: str = KEY_PREFIX,
+        pgbouncer: bool = False,
     ) -> None:
         """`cache`: a `redis.asyncio.Redis` or `RedisCluster` for the hot head (see
         `ColosseumSaver`)."""
@@ -81,6 +82,8 @@ class AsyncColosseumSaver(ColosseumSaverBase[AsyncThreads]):
             hot_ttl=hot_ttl,
             cache_prefix=cache_prefix,
         )
+        if pgbouncer:
+            require_transaction_mode_safe(conn)
         self.conn = conn
         # Set once a connection was had: only then is a failure to get one an
         # outage worth retrying, rather than a wrong URL to report.
@@ -101,25 +104,27 @@ class AsyncColosseumSaver(ColosseumSaverBase[AsyncThreads]):
         serde: SerializerProtocol | None = None,
         redis_url: str | None = None,
         connect_timeout: float | None = None,
+        pgbouncer: bool = False,
         **options: Any,
     ) -> AsyncIterator[AsyncColosseumSaver]:
         """A saver on its own connection pool (and Redis client), closed on exit.
 
-        Wrong URLs fail at once or within `connect_timeout` (see `ColosseumSaver`).
+        Wrong URLs fail at once or within `connect_timeout`; takes the options of
+        `ColosseumSaver.from_conn_string`, `pgbouncer=` too.
         """
         # A wrong URL fails here, within `connect_timeout`, with the server's reason.
-        kwargs = connection_kwargs(conn_string, connect_timeout)
-        await aprobe(conn_string, kwargs)
-        async with AsyncConnectionPool(
+        settings = PoolSettings.take(options, pool_size=pool_size, pgbouncer=pgbouncer)
+        arguments = pool_arguments(
             conn_string,
-            min_size=1,
-            max_size=pool_size or DEFAULT_POOL_SIZE,
-            kwargs=kwargs,
-            open=False,
-        ) as pool:
+            settings,
+            asynchronous=True,
+            connect=connection_kwargs(conn_string, connect_timeout),
+        )
+        await aprobe(conn_string, arguments["kwargs"])
+        async with AsyncConnectionPool(**arguments, open=False) as pool:
             client = async_client_from_url(redis_url) if redis_url else None
             try:
-                yield cls(pool, serde=serde, cache=client, **options)
+                yield cls(pool, serde=serde, cache=client, pgbouncer=pgbouncer, **options)
             finally:
                 if client is not None:
                     await client.aclose()

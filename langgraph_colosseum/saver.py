@@ -34,13 +34,12 @@ from langgraph_colosseum._driver import (
     perform,
     probe,
 )
+from langgraph_colosseum._pool import PoolSettings, pool_arguments, require_transaction_mode_safe
 from langgraph_colosseum.cache import RedisCache, client_from_url
 from langgraph_colosseum.embedded import servers
 from langgraph_colosseum.threads import Threads
 
 T = TypeVar("T")
-
-DEFAULT_POOL_SIZE = 10
 
 
 class ColosseumSaver(ColosseumSaverBase[Threads]):
@@ -68,6 +67,7 @@ class ColosseumSaver(ColosseumSaverBase[Threads]):
         cache: Any = None,
         hot_ttl: timedelta = DEFAULT_HOT_TTL,
         cache_prefix: str = KEY_PREFIX,
+        pgbouncer: bool = False,
     ) -> None:
         """`cache`: a `redis.Redis` or `redis.cluster.RedisCluster` for the hot head;
         its keys are `cache_prefix` + `{thread_id}`, and idle ones expire after `hot_ttl`."""
@@ -81,6 +81,8 @@ class ColosseumSaver(ColosseumSaverBase[Threads]):
             hot_ttl=hot_ttl,
             cache_prefix=cache_prefix,
         )
+        if pgbouncer:
+            require_transaction_mode_safe(conn)
         self.conn = conn
         # Set once a connection was had: only then is a failure to get one an
         # outage worth retrying, rather than a wrong URL to report.
@@ -98,6 +100,7 @@ class ColosseumSaver(ColosseumSaverBase[Threads]):
         serde: SerializerProtocol | None = None,
         redis_url: str | None = None,
         connect_timeout: float | None = None,
+        pgbouncer: bool = False,
         **options: Any,
     ) -> Iterator[ColosseumSaver]:
         """A saver on its own connection pool (and Redis client), closed on exit.
@@ -107,6 +110,13 @@ class ColosseumSaver(ColosseumSaverBase[Threads]):
         password) raises DatabaseUnavailableError with its reason, within
         `connect_timeout` seconds (default 5; else the URL's own).
 
+        `options` are the pool's and connections' settings (`PoolSettings`:
+        min_size, max_size, timeout, max_idle, max_lifetime, check_idle_after,
+        prepare_threshold, keepalives_*, application_name; README, Configuration)
+        and the constructor's. `pgbouncer=True`: Postgres is behind PgBouncer (or
+        another pooler) in transaction mode; nothing is prepared or kept in the
+        session. `pool_size` is `max_size`.
+
         Example:
             >>> with ColosseumSaver.from_conn_string(
             ...     dsn, redis_url="redis://localhost:6379", hot_ttl=timedelta(hours=1)
@@ -114,18 +124,18 @@ class ColosseumSaver(ColosseumSaverBase[Threads]):
             ...     graph = builder.compile(checkpointer=saver)
         """
         # A wrong URL fails here, within `connect_timeout`, with the server's reason.
-        kwargs = connection_kwargs(conn_string, connect_timeout)
-        probe(conn_string, kwargs)
-        with ConnectionPool(
+        settings = PoolSettings.take(options, pool_size=pool_size, pgbouncer=pgbouncer)
+        arguments = pool_arguments(
             conn_string,
-            min_size=1,
-            max_size=pool_size or DEFAULT_POOL_SIZE,
-            kwargs=kwargs,
-            open=True,
-        ) as pool:
+            settings,
+            asynchronous=False,
+            connect=connection_kwargs(conn_string, connect_timeout),
+        )
+        probe(conn_string, arguments["kwargs"])
+        with ConnectionPool(**arguments, open=True) as pool:
             client = client_from_url(redis_url) if redis_url else None
             try:
-                yield cls(pool, serde=serde, cache=client, **options)
+                yield cls(pool, serde=serde, cache=client, pgbouncer=pgbouncer, **options)
             finally:
                 if client is not None:
                     client.close()

@@ -9,7 +9,9 @@ COLOSSEUM_TEST_REDIS_URL, else 127.0.0.1:6379, else the embedded Valkey; each
 session's keys carry a prefix of their own.
 
 The `saver` and `asaver` fixtures run every test twice: on Postgres alone, and
-with the Redis hot head in front of it.
+with the Redis hot head in front of it. Modules that also run each test through
+a PgBouncer in transaction mode (`pgbouncer=True`) override them with
+`CONNECTION_MODES` (see `saver_fixtures`).
 """
 
 from __future__ import annotations
@@ -25,6 +27,7 @@ import redis
 from psycopg import conninfo
 
 from langgraph_colosseum import AsyncColosseumSaver, ColosseumSaver
+from tests.integration.pgbouncer import PgBouncer
 from tests.integration.redis_servers import RedisCluster
 
 TRUNCATE = (
@@ -78,6 +81,8 @@ def flush_cache(url: str | None = None, prefix: str = CACHE_PREFIX) -> None:
 
 
 CACHE_MODES = ["postgres", "redis"]
+# The cache modes, and Postgres alone through PgBouncer in transaction mode.
+CONNECTION_MODES = [*CACHE_MODES, "pgbouncer"]
 
 
 def cache_options(mode: str) -> dict:
@@ -93,6 +98,27 @@ def cluster() -> Iterator[RedisCluster]:
     nodes = RedisCluster().start()
     yield nodes
     nodes.stop()
+
+
+@pytest.fixture(scope="session")
+def pgbouncer() -> Iterator[PgBouncer]:
+    """A PgBouncer (pool_mode = transaction) in front of the test server, for the session."""
+    bouncer = PgBouncer(server_url()).start()
+    yield bouncer
+    bouncer.stop()
+
+
+@pytest.fixture(scope="session")
+def bouncer_url(pg_url: str, pgbouncer: PgBouncer) -> str:
+    """The session's database, reached through `pgbouncer`."""
+    return pgbouncer.url(str(conninfo.conninfo_to_dict(pg_url)["dbname"]))
+
+
+def connection_options(mode: str, pg_url: str, request: pytest.FixtureRequest) -> tuple[str, dict]:
+    """The URL and from_conn_string options of a connection mode."""
+    if mode == "pgbouncer":
+        return request.getfixturevalue("bouncer_url"), {"pgbouncer": True}
+    return pg_url, cache_options(mode)
 
 
 @pytest.fixture(scope="session")
@@ -120,16 +146,31 @@ def truncate(url: str) -> None:
     flush_cache()
 
 
-@pytest.fixture(params=CACHE_MODES)
-def saver(pg_url: str, request: pytest.FixtureRequest) -> Iterator[ColosseumSaver]:
+def _saver(pg_url: str, request: pytest.FixtureRequest) -> Iterator[ColosseumSaver]:
     truncate(pg_url)
-    with ColosseumSaver.from_conn_string(pg_url, pool_size=4, **cache_options(request.param)) as s:
+    url, options = connection_options(request.param, pg_url, request)
+    with ColosseumSaver.from_conn_string(url, pool_size=4, **options) as s:
         yield s
 
 
-@pytest.fixture(params=CACHE_MODES)
-async def asaver(pg_url: str, request: pytest.FixtureRequest) -> AsyncIterator[AsyncColosseumSaver]:
+async def _asaver(
+    pg_url: str, request: pytest.FixtureRequest
+) -> AsyncIterator[AsyncColosseumSaver]:
     truncate(pg_url)
-    options = cache_options(request.param)
-    async with AsyncColosseumSaver.from_conn_string(pg_url, pool_size=4, **options) as s:
+    url, options = connection_options(request.param, pg_url, request)
+    async with AsyncColosseumSaver.from_conn_string(url, pool_size=4, **options) as s:
         yield s
+
+
+def saver_fixtures(modes: list[str]) -> tuple:
+    """`saver` and `asaver` fixtures over `modes`; a module assigns them to override ours:
+
+    saver, asaver = saver_fixtures(CONNECTION_MODES)
+    """
+    return (
+        pytest.fixture(params=modes, name="saver")(_saver),
+        pytest.fixture(params=modes, name="asaver")(_asaver),
+    )
+
+
+saver, asaver = saver_fixtures(CACHE_MODES)

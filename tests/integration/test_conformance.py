@@ -3,8 +3,8 @@
 The suite drives the async API. It runs against AsyncColosseumSaver, and
 against the blocking ColosseumSaver through `BlockingAsAsync`, whose async
 methods call the blocking ones directly, so the sync driver answers all 81;
-each on Postgres alone, with the Redis hot head, and with it on a 3-master
-Redis Cluster.
+each on Postgres alone, with the Redis hot head, with it on a 3-master
+Redis Cluster, and on Postgres alone through PgBouncer in transaction mode.
 """
 
 from __future__ import annotations
@@ -24,6 +24,8 @@ from langgraph_colosseum import AsyncColosseumSaver, ColosseumSaver
 from tests.conftest import CACHE_MODES, CACHE_PREFIX, redis_url, truncate
 
 AUTOCOMMIT = {"autocommit": True}
+# What from_conn_string(..., pgbouncer=True) gives each connection of its pool.
+TRANSACTION_MODE = {"autocommit": True, "prepare_threshold": None}
 ALL_CAPABILITIES = {
     "put",
     "put_writes",
@@ -72,15 +74,19 @@ class BlockingAsAsync(BaseCheckpointSaver):
         return self.inner.get_next_version(current, channel)
 
 
-@pytest.mark.parametrize("cache", [*CACHE_MODES, "cluster"])
+@pytest.mark.parametrize("cache", [*CACHE_MODES, "cluster", "pgbouncer"])
 @pytest.mark.parametrize("driver", ["async", "sync"])
 async def test_conformance_all_capabilities(
     pg_url: str, driver: str, cache: str, request: pytest.FixtureRequest
 ) -> None:
     cluster = request.getfixturevalue("cluster") if cache == "cluster" else None
+    # "pgbouncer": Postgres alone, every statement through PgBouncer in transaction mode.
+    bouncer = cache == "pgbouncer"
+    url = request.getfixturevalue("bouncer_url") if bouncer else pg_url
+    kwargs = TRANSACTION_MODE if bouncer else AUTOCOMMIT
 
     def cache_client() -> Any:
-        if cache == "postgres":
+        if cache in ("postgres", "pgbouncer"):
             return None
         if cluster is not None:
             cluster.client().flushall()
@@ -94,12 +100,16 @@ async def test_conformance_all_capabilities(
         client = cache_client()
         try:
             if driver == "async":
-                async with AsyncConnectionPool(pg_url, max_size=4, kwargs=AUTOCOMMIT) as pool:
-                    yield AsyncColosseumSaver(pool, cache=client, cache_prefix=CACHE_PREFIX)
+                async with AsyncConnectionPool(url, max_size=4, kwargs=kwargs) as pool:
+                    yield AsyncColosseumSaver(
+                        pool, cache=client, cache_prefix=CACHE_PREFIX, pgbouncer=bouncer
+                    )
             else:
-                with ConnectionPool(pg_url, max_size=4, kwargs=AUTOCOMMIT) as pool:
+                with ConnectionPool(url, max_size=4, kwargs=kwargs) as pool:
                     yield BlockingAsAsync(
-                        ColosseumSaver(pool, cache=client, cache_prefix=CACHE_PREFIX)
+                        ColosseumSaver(
+                            pool, cache=client, cache_prefix=CACHE_PREFIX, pgbouncer=bouncer
+                        )
                     )
         finally:
             if client is not None:

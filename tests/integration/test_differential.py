@@ -9,6 +9,9 @@ and the whole history, normalised (see `graphs.Normaliser`: checkpoint ids
 become their index in the history list, created_at its rank, task and
 interrupt ids a label by first appearance), plus how often each node ran. The
 two recordings must be identical, step by step.
+
+Each scenario runs on Postgres alone, with the Redis hot head, and through
+PgBouncer in transaction mode (`CONNECTION_MODES`).
 """
 
 from __future__ import annotations
@@ -24,6 +27,7 @@ from langgraph.graph import StateGraph
 from langgraph.types import Command
 
 from langgraph_colosseum import AsyncColosseumSaver, ColosseumSaver
+from tests.conftest import CONNECTION_MODES, saver_fixtures
 from tests.integration.graphs import (
     AsyncDriver,
     Normaliser,
@@ -40,6 +44,8 @@ from tests.integration.graphs import (
     tuples_as_lists,
     two_question_approval_graph,
 )
+
+saver, asaver = saver_fixtures(CONNECTION_MODES)
 
 _NO_RESULT = object()
 

@@ -1,4 +1,7 @@
-"""Retention: expiry pushed by writes and reads, and a sweep that never touches live threads."""
+"""Retention: expiry pushed by writes and reads, and a sweep that never touches live threads.
+
+Each test runs on Postgres directly and through PgBouncer in transaction mode.
+"""
 
 from __future__ import annotations
 
@@ -12,10 +15,16 @@ import pytest
 from langgraph.checkpoint.base import empty_checkpoint
 
 from langgraph_colosseum import AsyncColosseumSaver, ColosseumSaver, Retention
-from tests.conftest import truncate
+from tests.conftest import connection_options, truncate
 from tests.integration.test_drivers import counter_graph, thread
 
 SHORT = Retention(thread_ttl=timedelta(seconds=1))
+
+
+@pytest.fixture(params=["postgres", "pgbouncer"])
+def via(pg_url: str, request: pytest.FixtureRequest) -> tuple[str, dict]:
+    """The URL and options the saver under test connects with (data checks use pg_url)."""
+    return connection_options(request.param, pg_url, request)
 
 
 def count(url: str, table: str, thread_id: str) -> int:
@@ -32,9 +41,11 @@ def put_one(saver: ColosseumSaver, thread_id: str) -> dict:
     return stored
 
 
-def test_expired_threads_are_swept_whole_and_live_ones_kept(pg_url: str) -> None:
+def test_expired_threads_are_swept_whole_and_live_ones_kept(
+    pg_url: str, via: tuple[str, dict]
+) -> None:
     truncate(pg_url)
-    with ColosseumSaver.from_conn_string(pg_url, retention=SHORT) as saver:
+    with ColosseumSaver.from_conn_string(via[0], **via[1], retention=SHORT) as saver:
         for i in range(3):
             put_one(saver, f"old-{i}")
         with psycopg.connect(pg_url, autocommit=True) as conn:
@@ -58,10 +69,12 @@ def test_expired_threads_are_swept_whole_and_live_ones_kept(pg_url: str) -> None
             assert saver.threads.get(tid) is not None
 
 
-def test_keep_latest_strategy_prunes_and_clears_the_expiry(pg_url: str) -> None:
+def test_keep_latest_strategy_prunes_and_clears_the_expiry(
+    pg_url: str, via: tuple[str, dict]
+) -> None:
     truncate(pg_url)
     retention = Retention(thread_ttl=timedelta(seconds=1), strategy="keep_latest")
-    with ColosseumSaver.from_conn_string(pg_url, retention=retention) as saver:
+    with ColosseumSaver.from_conn_string(via[0], **via[1], retention=retention) as saver:
         graph = counter_graph(saver)
         for _ in range(3):
             graph.invoke({"total": 0, "log": []}, thread("pruned"))
@@ -78,7 +91,9 @@ def test_keep_latest_strategy_prunes_and_clears_the_expiry(pg_url: str) -> None:
         assert graph.get_state(thread("pruned")).values["total"] == 4
 
 
-def test_sweeping_10000_expired_threads_loses_nothing_live(pg_url: str) -> None:
+def test_sweeping_10000_expired_threads_loses_nothing_live(
+    pg_url: str, via: tuple[str, dict]
+) -> None:
     truncate(pg_url)
     with psycopg.connect(pg_url, autocommit=True) as conn:
         conn.execute(
@@ -91,7 +106,9 @@ def test_sweeping_10000_expired_threads_loses_nothing_live(pg_url: str) -> None:
             """
         )
     retention = Retention(thread_ttl=timedelta(hours=1), batch_size=1000)
-    with ColosseumSaver.from_conn_string(pg_url, pool_size=8, retention=retention) as saver:
+    with ColosseumSaver.from_conn_string(
+        via[0], **via[1], pool_size=8, retention=retention
+    ) as saver:
         graph = counter_graph(saver)
         errors: list[BaseException] = []
         stop = threading.Event()
@@ -128,9 +145,9 @@ def test_sweeping_10000_expired_threads_loses_nothing_live(pg_url: str) -> None:
             assert saver.threads.get(tid) is not None
 
 
-async def test_async_sweep_and_background_sweeper(pg_url: str) -> None:
+async def test_async_sweep_and_background_sweeper(pg_url: str, via: tuple[str, dict]) -> None:
     truncate(pg_url)
-    async with AsyncColosseumSaver.from_conn_string(pg_url, retention=SHORT) as saver:
+    async with AsyncColosseumSaver.from_conn_string(via[0], **via[1], retention=SHORT) as saver:
         graph = counter_graph(saver)
         await graph.ainvoke({"total": 0, "log": []}, thread("a-old"))
         sweeper = saver.start_sweeper(timedelta(seconds=0.3))
@@ -145,10 +162,10 @@ async def test_async_sweep_and_background_sweeper(pg_url: str) -> None:
         assert await saver.sweep() == 0
 
 
-def test_keep_last_keeps_that_many_checkpoints(pg_url: str) -> None:
+def test_keep_last_keeps_that_many_checkpoints(pg_url: str, via: tuple[str, dict]) -> None:
     truncate(pg_url)
     retention = Retention(thread_ttl=timedelta(seconds=1), keep_last=4, strategy="keep_latest")
-    with ColosseumSaver.from_conn_string(pg_url, retention=retention) as saver:
+    with ColosseumSaver.from_conn_string(via[0], **via[1], retention=retention) as saver:
         graph = counter_graph(saver)
         for _ in range(3):
             graph.invoke({"total": 0, "log": []}, thread("keep4"))

@@ -4,7 +4,6 @@ from __future__ import annotations
 
 import subprocess
 import sys
-import textwrap
 import uuid
 from collections.abc import Iterator
 
@@ -28,6 +27,10 @@ def empty_db() -> Iterator[str]:
     finally:
         with psycopg.connect(server_url(), autocommit=True) as admin:
             admin.execute(f'DROP DATABASE IF EXISTS "{name}" WITH (FORCE)')
+
+
+def dbname(url: str) -> str:
+    return str(conninfo.conninfo_to_dict(url)["dbname"])
 
 
 def tables(url: str) -> set[str]:
@@ -80,15 +83,29 @@ async def test_async_setup_on_a_plain_connection(empty_db: str, autocommit: bool
     assert tables(empty_db) == EXPECTED_TABLES
 
 
-def test_two_processes_set_up_at_once(empty_db: str) -> None:
-    script = textwrap.dedent(
-        f"""
-        import sys
-        from langgraph_colosseum import ColosseumSaver
-        with ColosseumSaver.from_conn_string({empty_db!r}) as saver:
-            print(saver.setup())
-        """
-    )
+SETUP_SYNC = """
+from langgraph_colosseum import ColosseumSaver
+with ColosseumSaver.from_conn_string({url!r}, pgbouncer={bouncer}) as saver:
+    print(saver.setup())
+"""
+SETUP_ASYNC = """
+import asyncio
+from langgraph_colosseum import AsyncColosseumSaver
+async def main():
+    async with AsyncColosseumSaver.from_conn_string({url!r}, pgbouncer={bouncer}) as saver:
+        print(await saver.setup())
+asyncio.run(main())
+"""
+
+
+@pytest.mark.parametrize("driver", ["sync", "async"])
+@pytest.mark.parametrize("via", ["postgres", "pgbouncer"])
+def test_two_processes_set_up_at_once(
+    empty_db: str, via: str, driver: str, request: pytest.FixtureRequest
+) -> None:
+    bouncer = via == "pgbouncer"
+    url = request.getfixturevalue("pgbouncer").url(dbname(empty_db)) if bouncer else empty_db
+    script = (SETUP_ASYNC if driver == "async" else SETUP_SYNC).format(url=url, bouncer=bouncer)
     procs = [
         subprocess.Popen(
             [sys.executable, "-c", script], stdout=subprocess.PIPE, stderr=subprocess.PIPE

@@ -12,6 +12,10 @@ blocking saver (`saver`) and the asyncio one (`asaver`):
 6. the audit trail `threads.messages`: who said what, at which step and checkpoint,
    across turns, on a fork, with `limit`;
 7. `threads.delete` removes the registry row and every checkpoint.
+
+Each test runs on Postgres alone, with the Redis hot head, and through PgBouncer
+in transaction mode (the guard's lease and fencing token are rows, checked by
+the statements that write).
 """
 
 from __future__ import annotations
@@ -38,9 +42,12 @@ from typing_extensions import TypedDict
 from langgraph_colosseum import AsyncColosseumSaver, ColosseumSaver
 from langgraph_colosseum.errors import CorruptRowError, ThreadBusyError
 from langgraph_colosseum.threads import AuditEntry, ThreadInfo
+from tests.conftest import CONNECTION_MODES, saver_fixtures
 from tests.integration.processes import sigkill, spawn
 
 WORKER = Path(__file__).with_name("threads_worker.py")
+
+saver, asaver = saver_fixtures(CONNECTION_MODES)
 
 # ------------------------------------------------------------------ graphs
 

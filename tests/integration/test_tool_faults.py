@@ -35,6 +35,7 @@ from langgraph_colosseum import (
     ToolOutcomeUnknownError,
     ToolTimeoutError,
 )
+from tests.conftest import connection_options
 from tests.integration.processes import sigkill, spawn
 from tests.integration.tool_worker import (
     SCENARIOS,
@@ -243,10 +244,16 @@ def _check_race(url: str, tid: str, outcomes: list[Any]) -> None:
     }
 
 
-def test_race_resume_sync(url: str) -> None:
+# Also through PgBouncer in transaction mode: the claim is a row, so a tool still runs once.
+VIAS = ["postgres", "pgbouncer"]
+
+
+@pytest.mark.parametrize("via", VIAS)
+def test_race_resume_sync(url: str, via: str, request: pytest.FixtureRequest) -> None:
     tid = new_tid("race-sync")
     tools = make_tools(url, pay_seconds=0.3)
-    with ColosseumSaver.from_conn_string(url, pool_size=2) as saver:
+    saver_url, options = connection_options(via, url, request)
+    with ColosseumSaver.from_conn_string(saver_url, pool_size=2, **options) as saver:
         graph = build_graph(saver, tools, RACE_CALLS, interrupt_before=["tools"])
         graph.invoke(START_INPUT, cfg(tid))
         assert graph.get_state(cfg(tid)).next == ("tools",)
@@ -254,7 +261,7 @@ def test_race_resume_sync(url: str) -> None:
     barrier = threading.Barrier(RACE_WORKERS, timeout=30)
 
     def worker(_: int) -> Any:
-        with ColosseumSaver.from_conn_string(url, pool_size=4) as saver:
+        with ColosseumSaver.from_conn_string(saver_url, pool_size=4, **options) as saver:
             graph = build_graph(
                 saver, tools, RACE_CALLS, interrupt_before=["tools"], wait=timedelta(seconds=10)
             )
@@ -270,10 +277,12 @@ def test_race_resume_sync(url: str) -> None:
     _check_race(url, tid, outcomes)
 
 
-async def test_race_resume_async(url: str) -> None:
+@pytest.mark.parametrize("via", VIAS)
+async def test_race_resume_async(url: str, via: str, request: pytest.FixtureRequest) -> None:
     tid = new_tid("race-async")
     tools = make_tools(url, pay_seconds=0.3)
-    async with AsyncColosseumSaver.from_conn_string(url, pool_size=2) as saver:
+    saver_url, options = connection_options(via, url, request)
+    async with AsyncColosseumSaver.from_conn_string(saver_url, pool_size=2, **options) as saver:
         graph = build_graph(saver, tools, RACE_CALLS, interrupt_before=["tools"])
         await graph.ainvoke(START_INPUT, cfg(tid))
         assert (await graph.aget_state(cfg(tid))).next == ("tools",)
@@ -282,7 +291,7 @@ async def test_race_resume_async(url: str) -> None:
         graphs = []
         for _ in range(RACE_WORKERS):
             saver = await stack.enter_async_context(
-                AsyncColosseumSaver.from_conn_string(url, pool_size=4)
+                AsyncColosseumSaver.from_conn_string(saver_url, pool_size=4, **options)
             )
             graph = build_graph(
                 saver, tools, RACE_CALLS, interrupt_before=["tools"], wait=timedelta(seconds=10)

@@ -38,6 +38,7 @@ from langgraph_colosseum import (
     current_idempotency_key,
 )
 from langgraph_colosseum._core.ledger import ToolCallIdentity, default_key, key_without_call_id
+from tests.conftest import connection_options
 
 MODES = ["sync", "async"]
 
@@ -298,15 +299,19 @@ def ledger_rows(url: str, tid: str | None = None) -> list[dict]:
         ).fetchall()
 
 
-@pytest.fixture(params=MODES)
+@pytest.fixture(params=[f"{m}-{via}" for via in ("postgres", "pgbouncer") for m in MODES])
 async def env(request: pytest.FixtureRequest, pg_url: str) -> AsyncIterator[Env]:
+    """Each driver on Postgres, and through PgBouncer in transaction mode (the ledger's
+    claims and leases are rows, so a tool still runs once)."""
     with psycopg.connect(pg_url, autocommit=True) as conn:
         conn.execute(TRUNCATE)
-    if request.param == "sync":
-        with ColosseumSaver.from_conn_string(pg_url, pool_size=4) as saver:
+    mode, via = request.param.split("-")
+    url, options = connection_options(via, pg_url, request)
+    if mode == "sync":
+        with ColosseumSaver.from_conn_string(url, pool_size=4, **options) as saver:
             yield Env("sync", saver, pg_url)
     else:
-        async with AsyncColosseumSaver.from_conn_string(pg_url, pool_size=4) as saver:
+        async with AsyncColosseumSaver.from_conn_string(url, pool_size=4, **options) as saver:
             yield Env("async", saver, pg_url)
 
 

@@ -1,0 +1,136 @@
+"""from_conn_string's pool and connection settings, on a real server.
+
+The promise: a connection killed while idle in the pool (a Postgres restart,
+`pg_terminate_backend`, a failover, a middlebox that forgot the flow) costs no
+failed operation. With the idle check on, no operation even meets one.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import logging
+import time
+import uuid
+from typing import Any
+
+import psycopg
+import pytest
+from langgraph.checkpoint.base import empty_checkpoint
+
+from langgraph_colosseum import AsyncColosseumSaver, ColosseumSaver
+from tests.conftest import truncate
+
+POOL = 4
+LOST = "Postgres connection lost"
+
+
+def backends(url: str, application_name: str, state: str | None = None) -> list[int]:
+    with psycopg.connect(url, autocommit=True) as conn:
+        rows = conn.execute(
+            "SELECT pid FROM pg_stat_activity WHERE application_name = %s"
+            " AND (%s::text IS NULL OR state = %s)",
+            (application_name, state, state),
+        ).fetchall()
+    return [pid for (pid,) in rows]
+
+
+def terminate_idle(url: str, application_name: str) -> list[int]:
+    """pg_terminate_backend on every idle backend of the pool; wait until they are gone."""
+    pids = backends(url, application_name, "idle")
+    with psycopg.connect(url, autocommit=True) as conn:
+        for pid in pids:
+            conn.execute("SELECT pg_terminate_backend(%s)", (pid,))
+    deadline = time.monotonic() + 10
+    while set(pids) & set(backends(url, application_name)):
+        assert time.monotonic() < deadline, "terminated backends did not go away"
+        time.sleep(0.02)
+    return pids
+
+
+def config(tid: str) -> dict:
+    return {"configurable": {"thread_id": tid, "checkpoint_ns": ""}}
+
+
+def settings(name: str, check: str) -> dict[str, Any]:
+    # min_size = max_size: every connection of the pool is open, idle, and killed.
+    options: dict[str, Any] = {"min_size": POOL, "max_size": POOL, "application_name": name}
+    options["check_idle_after"] = 0 if check == "on" else None
+    return options
+
+
+@pytest.mark.parametrize("check", ["on", "off"])
+def test_idle_connections_killed_cost_no_failed_operation_sync(
+    pg_url: str, check: str, caplog: pytest.LogCaptureFixture
+) -> None:
+    truncate(pg_url)
+    name = f"colosseum-idle-{uuid.uuid4().hex[:8]}"
+    with ColosseumSaver.from_conn_string(pg_url, **settings(name, check)) as saver:
+        assert isinstance(saver.conn, psycopg_pool_type(False))
+        saver.conn.wait()
+        stored = saver.put(config("t"), empty_checkpoint(), {"step": 0}, {})
+        assert len(terminate_idle(pg_url, name)) == POOL
+        caplog.clear()
+        with caplog.at_level(logging.WARNING, logger="langgraph_colosseum"):
+            # Every operation after the kill succeeds, and sees what was written.
+            assert saver.get_tuple(stored) is not None
+            saver.put_writes(stored, [("x", 1)], "task")
+            for i in range(2 * POOL):
+                saver.put(config(f"t{i}"), empty_checkpoint(), {"step": i}, {})
+            assert len(list(saver.list(None))) == 2 * POOL + 1
+            assert saver.get_tuple(stored).pending_writes == [("task", "x", 1)]
+        lost = [r for r in caplog.records if LOST in r.getMessage()]
+        if check == "on":
+            assert lost == []  # the check replaced them before any operation saw one
+        assert len(backends(pg_url, name)) >= 1
+
+
+@pytest.mark.parametrize("check", ["on", "off"])
+async def test_idle_connections_killed_cost_no_failed_operation_async(
+    pg_url: str, check: str, caplog: pytest.LogCaptureFixture
+) -> None:
+    truncate(pg_url)
+    name = f"colosseum-idle-{uuid.uuid4().hex[:8]}"
+    async with AsyncColosseumSaver.from_conn_string(pg_url, **settings(name, check)) as saver:
+        assert isinstance(saver.conn, psycopg_pool_type(True))
+        await saver.conn.wait()
+        stored = await saver.aput(config("t"), empty_checkpoint(), {"step": 0}, {})
+        killed = await asyncio.to_thread(terminate_idle, pg_url, name)
+        assert len(killed) == POOL
+        caplog.clear()
+        with caplog.at_level(logging.WARNING, logger="langgraph_colosseum"):
+            assert await saver.aget_tuple(stored) is not None
+            await saver.aput_writes(stored, [("x", 1)], "task")
+            await asyncio.gather(
+                *(
+                    saver.aput(config(f"t{i}"), empty_checkpoint(), {"step": i}, {})
+                    for i in range(2 * POOL)
+                )
+            )
+            assert len([t async for t in saver.alist(None)]) == 2 * POOL + 1
+            assert (await saver.aget_tuple(stored)).pending_writes == [("task", "x", 1)]
+        lost = [r for r in caplog.records if LOST in r.getMessage()]
+        if check == "on":
+            assert lost == []
+
+
+def psycopg_pool_type(asynchronous: bool) -> type:
+    from psycopg_pool import AsyncConnectionPool, ConnectionPool
+
+    return AsyncConnectionPool if asynchronous else ConnectionPool
+
+
+def test_settings_reach_every_connection(pg_url: str) -> None:
+    name = f"colosseum-settings-{uuid.uuid4().hex[:8]}"
+    options = {"application_name": name, "keepalives_idle": 17, "max_idle": 42.0}
+    with ColosseumSaver.from_conn_string(pg_url, max_size=3, **options) as saver:
+        pool = saver.conn
+        assert (pool.max_size, pool.max_idle) == (3, 42.0)
+        with pool.connection() as conn:
+            parameters = conn.info.get_parameters()
+            assert parameters["keepalives_idle"] == "17"
+            assert parameters["application_name"] == name
+            assert conn.prepare_threshold == 5
+        assert backends(pg_url, name)
+    with ColosseumSaver.from_conn_string(pg_url, prepare_threshold=None) as saver:
+        with saver.conn.connection() as conn:
+            assert conn.prepare_threshold is None
