@@ -164,6 +164,26 @@ GUARDS: list[Guard] = [
         mutant="WRITES_IDX_MAP.get(channel, len(writes) - 1 - i): (channel, value)",
         tests=(f"{GUARD_TESTS}::test_pending_writes_come_back_in_the_order_inmemorysaver_gives",),
     ),
+    Guard(
+        name="pool: a connection idle past check_idle_after is tested before it is lent",
+        file="langgraph_colosseum/_pool.py",
+        original="            ConnectionPool.check_connection(conn)",
+        mutant="            pass",
+        tests=(
+            "tests/integration/test_pool.py"
+            "::test_idle_connections_killed_cost_no_failed_operation_sync[on]",
+        ),
+    ),
+    Guard(
+        name="async pool: a connection idle past check_idle_after is tested before it is lent",
+        file="langgraph_colosseum/_pool.py",
+        original="            await AsyncConnectionPool.check_connection(conn)",
+        mutant="            pass",
+        tests=(
+            "tests/integration/test_pool.py"
+            "::test_idle_connections_killed_cost_no_failed_operation_async[on]",
+        ),
+    ),
 ]
 
 # Copied into the temporary tree: what the tests import and read.

@@ -48,7 +48,8 @@ def terminate_idle(url: str, application_name: str) -> list[int]:
 
 
 def config(tid: str) -> dict:
-    return {"configurable": {"thread_id": tid, "checkpoint_ns": ""}}
+    # Thread ids of their own: other modules' tests share the session database.
+    return {"configurable": {"thread_id": f"pool-{tid}", "checkpoint_ns": ""}}
 
 
 def settings(name: str, check: str) -> dict[str, Any]:
