@@ -60,7 +60,8 @@ def main() -> None:
         builder.add_edge("agent", "tools")
         graph = builder.compile(checkpointer=saver)
 
-        graph.invoke({"messages": [HumanMessage("Pay ACME 250")]}, thread)
+        result = graph.invoke({"messages": [HumanMessage("Pay ACME 250")]}, thread)
+        print(f"run 1: {result['messages'][-1].content}")
         before_tools = next(s for s in graph.get_state_history(thread) if s.next == ("tools",))
         for attempt in (2, 3):  # a successor worker re-runs the step
             result = graph.invoke(None, before_tools.config)

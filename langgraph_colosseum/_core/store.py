@@ -61,6 +61,7 @@ from langgraph_colosseum.errors import (
     SchemaVersionError,
     ThreadBusyError,
     UnsupportedValueError,
+    ValueNotStorableError,
 )
 
 DEFAULT_PAGE_SIZE = 100
@@ -633,10 +634,18 @@ class CheckpointStore:
             WRITES_IDX_MAP.get(channel, i): (channel, value)
             for i, (channel, value) in enumerate(writes)
         }
-        stored = [
-            self.codec.dump(value, Where(thread_id, checkpoint_ns, checkpoint_id, channel))
-            for channel, value in by_idx.values()
-        ]
+        try:
+            stored = [
+                self.codec.dump(value, Where(thread_id, checkpoint_ns, checkpoint_id, channel))
+                for channel, value in by_idx.values()
+            ]
+        except ValueNotStorableError as exc:
+            # The task's output cannot be kept, so the step failed: record it as
+            # the task's error, as LangGraph records a node that raised, so the
+            # thread's status says `error` (and get_state shows why), then raise.
+            if all(channel != ERROR for channel, _ in writes):
+                yield from self.put_writes(config, [(ERROR, exc)], task_id, task_path)
+            raise
         params = {
             "thread_id": thread_id,
             "checkpoint_ns": checkpoint_ns,

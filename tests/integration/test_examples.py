@@ -13,7 +13,7 @@ EXAMPLES = sorted((Path(__file__).parents[2] / "examples").glob("*.py"))
 
 # What each example prints once it has shown its point (each also asserts it).
 SHOWS = {
-    "idempotent_tools": "the bank executed 1 payment(s)",
+    "idempotent_tools": "run 1: ",  # and runs 2 and 3 below it; the bank executed 1 payment
     "multi_agent_committee": "the broker received 1 order(s)",
     "quickstart": "SQL: latest ticker of this thread = TSLA (reviewed)",
     "resume_after_crash": "no step lost, none run twice",
@@ -33,3 +33,6 @@ def test_example_runs(example: Path, pg_url: str) -> None:
     )
     assert done.returncode == 0, done.stderr[-3000:]
     assert SHOWS[example.stem] in done.stdout, done.stdout[-3000:]
+    if example.stem == "idempotent_tools":  # every run is shown, the payment made once
+        for shown in ("run 1: ", "run 2: ", "run 3: ", "the bank executed 1 payment(s)"):
+            assert shown in done.stdout, done.stdout
