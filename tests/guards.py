@@ -54,7 +54,10 @@ GUARDS: list[Guard] = [
         file="langgraph_colosseum/_core/hot.py",
         original="if id < current then return 0 end  -- a slower worker: the head is already newer",
         mutant="-- (guard removed)",
-        tests=(f"{GUARD_TESTS}::test_an_older_advance_never_replaces_a_newer_head",),
+        tests=(
+            f"{GUARD_TESTS}::test_an_older_advance_never_replaces_a_newer_head",
+            f"{GUARD_TESTS}::test_an_older_advance_never_replaces_a_newer_head_async",
+        ),
     ),
     Guard(
         name="hot head: a refill compares the mutation counter",

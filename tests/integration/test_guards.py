@@ -17,7 +17,7 @@ import contextvars
 import threading
 import time
 import uuid
-from collections.abc import Callable, Iterator
+from collections.abc import Awaitable, Callable, Iterator
 from contextlib import contextmanager
 from datetime import timedelta
 from typing import Any
@@ -28,7 +28,7 @@ from langchain_core.tools import StructuredTool
 from langgraph.checkpoint.base import Checkpoint, empty_checkpoint
 from langgraph.checkpoint.memory import InMemorySaver
 
-from langgraph_colosseum import ColosseumSaver, Retention, ThreadBusyError
+from langgraph_colosseum import AsyncColosseumSaver, ColosseumSaver, Retention, ThreadBusyError
 from langgraph_colosseum._core.io import CacheCall, Query, Request, Transaction
 from langgraph_colosseum._core.ledger import CLAIM
 from tests.conftest import CACHE_PREFIX, redis_url, truncate
@@ -527,3 +527,48 @@ def test_a_head_is_not_served_until_writes_committed_before_its_put_arrive(pg_ur
         after = read_from_redis_only(reader, thread_id)  # complete now: served by Redis
         assert after.checkpoint["id"] == steps.ids[1]
         assert after.pending_writes == expected
+
+
+# The async driver (its cache pipelines the requests of one event-loop turn)
+# keeps the same order: worker 2's whole aput runs inside worker 1's, between
+# worker 1's commit and its advance.
+
+
+class AsyncSteered(AsyncColosseumSaver):
+    """`Steered` for the asyncio driver: `before` is awaited before each request."""
+
+    before: Callable[[Request], Awaitable[None]] | None = None
+
+    async def _perform(self, request: Request) -> Any:
+        if self.before is not None:
+            await self.before(request)
+        return await super()._perform(request)
+
+
+async def test_an_older_advance_never_replaces_a_newer_head_async(pg_url: str) -> None:
+    truncate(pg_url)
+    thread_id = new_thread("older-advance-async")
+    steps = Steps(thread_id)
+    options = {"pool_size": 2, "redis_url": redis_url(), "cache_prefix": CACHE_PREFIX}
+    async with (
+        AsyncSteered.from_conn_string(pg_url, **options) as one,
+        AsyncSteered.from_conn_string(pg_url, **options) as two,
+    ):
+        await one.aput(*steps.next(one, "c1"))
+        await two.aget_tuple(latest(thread_id))  # the head: c1
+        c2, c3 = steps.next(one, "c2"), steps.next(two, "c3")
+        fired: list[Request] = []
+
+        async def put_c3_first(request: Request) -> None:
+            if not fired and cache_script("advance")(request):
+                fired.append(request)
+                await two.aput(*c3)
+
+        one.before = put_c3_first
+        await one.aput(*c2)
+        assert fired
+        head = await two.aget_tuple(latest(thread_id))
+    assert head is not None and head.checkpoint["id"] == steps.ids[2]
+    with worker(pg_url, hot=False) as truth:
+        want = truth.get_tuple(latest(thread_id))
+        assert want is not None and want.checkpoint == head.checkpoint
