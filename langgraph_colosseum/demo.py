@@ -52,6 +52,7 @@ from rich.table import Table
 from rich.text import Text
 
 from langgraph_colosseum import embedded
+from langgraph_colosseum._redact import safe
 from langgraph_colosseum.committee import (
     DEFAULT_MANDATE,
     Order,
@@ -103,7 +104,7 @@ def run(
     keep = embedded.configured_database_url() is None if keep is None else keep
 
     console.print(Panel.fit(
-        f"An investment committee on [bold]{escape(ticker)}[/]: a supervisor, a technical "
+        f"An investment committee on [bold]{escape(safe(ticker))}[/]: a supervisor, a technical "
         "analyst, a risk\nmanager, the CIO's approval and an idempotent order tool. No LLM, "
         "no network.",
         title="langgraph-colosseum demo",
@@ -135,7 +136,7 @@ def _run(
     state = graph.get_state(config)
     (question,) = state.interrupts
     console.print(Panel(
-        f"{question.value['question']}\n[dim]thread {thread_id} is now "
+        f"{escape(question.value['question'])}\n[dim]thread {escape(thread_id)} is now "
         f"'{saver.threads.get(thread_id).status}'; graph.get_state(config).interrupts holds this[/]",
         title="interrupt()", border_style="yellow",
     ))  # fmt: skip
@@ -164,8 +165,8 @@ def _run(
         f"worker pid {resumed.pid} re-ran the order step; the tool ledger answered with the "
         f"recorded fill instead of calling the broker again.\n"
         f"[bold]The broker received {len(orders)} order(s)[/] for this thread: "
-        f"{_order_text(orders)}\n"
-        f"Last word: {final.values['messages'][-1].content}"
+        f"{escape(_order_text(orders))}\n"
+        f"Last word: {escape(final.values['messages'][-1].content)}"
     )
     _show_ledger(console, saver, thread_id)
     if resumed.returncode != 0 or len(orders) != 1 or final.next:
@@ -193,7 +194,7 @@ def _run(
     if len(orders) != 1 or book.orders(vetoed_thread_id):
         raise DemoFailedError(f"orders: {orders}, vetoed: {book.orders(vetoed_thread_id)}")
 
-    console.print(Panel(f"One order, placed once, through a crash: {_order_text(orders)}",
+    console.print(Panel(f"One order, placed once, through a crash: {escape(_order_text(orders))}",
                         title="done", border_style="green"))  # fmt: skip
     commands = (f"history {thread_id}", f"messages {thread_id}",
                 f"diff {thread_id} {travelled_to} {fork_head}",
@@ -229,7 +230,7 @@ def _meet(
         return thread_id, None
     veto = state.values["position"]["veto"]
     console.print(Panel(
-        f"The risk manager vetoed {escape(ticker)}: {escape(str(veto))}.\n"
+        f"The risk manager vetoed {escape(safe(ticker))}: {escape(str(veto))}.\n"
         f"A veto is a normal outcome: nothing is ordered, and thread {escape(thread_id)} ends "
         f"'{saver.threads.get(thread_id).status}'. The committee meets again, on "
         f"{DEFAULT_TICKER}.",
@@ -268,8 +269,10 @@ def _servers(console: Console) -> dict[str, str]:
     database, cache = env[embedded.DATABASE_ENV[0]], env.get(embedded.REDIS_ENV[0])
     table = Table("server", "from", title="servers", title_justify="left")
     table.add_column("url", overflow="fold")
-    table.add_row("PostgreSQL", _mode(embedded.configured_database_url(), database), database)
-    table.add_row("Redis", _mode(embedded.configured_redis_url(), cache), cache or "-")
+    # A configured URL may carry a password: shown as ***, never in the clear.
+    table.add_row("PostgreSQL", _mode(embedded.configured_database_url(), database),
+                  Text(safe(database)))  # fmt: skip
+    table.add_row("Redis", _mode(embedded.configured_redis_url(), cache), Text(safe(cache or "-")))
     console.print(table)
     return env
 
@@ -295,7 +298,7 @@ def _show_analysis(console: Console, values: dict[str, Any]) -> None:
              ("stop", position["stop_loss"]), ("notional", f"${position['notional']:,.0f}"),
              ("veto", position["veto"] or "none")]  # fmt: skip
     for (a, b), (c, d) in zip(left, right):
-        table.add_row(a, str(b), c, str(d))
+        table.add_row(a, Text(safe(b)), c, Text(safe(d)))
     console.print(table)
 
 
@@ -309,7 +312,7 @@ def _show_ledger(console: Console, saver: ColosseumSaver, thread_id: str) -> Non
     table = Table("tool", "status", "attempts", "idempotency key",
                   title="the tool ledger (colosseum_tool_calls)", title_justify="left")  # fmt: skip
     for tool, status, attempts, key in rows:
-        table.add_row(tool, status, str(attempts), f"{key}…")
+        table.add_row(Text(safe(tool)), status, str(attempts), f"{key}…")
     console.print(table)
 
 
@@ -321,7 +324,9 @@ def _show_conversation(console: Console, saver: ColosseumSaver, thread_id: str) 
         text = message.content or ", ".join(
             f"{call['name']}({json.dumps(call['args'])})" for call in message.tool_calls
         )
-        table.add_row(str(entry.step), entry.node, speaker, text)
+        table.add_row(
+            str(entry.step), Text(safe(entry.node)), Text(safe(speaker)), Text(safe(text))
+        )
     console.print(table)
 
 
@@ -381,8 +386,8 @@ def _show_searches(
     table = Table("search: also", "thread", "status", "ticker")
     for label, query in searches:
         for found in saver.threads.search(metadata=this_run, **query):
-            table.add_row(Text(label), Text(found.thread_id), found.status,
-                          Text(str(found.values.get("ticker"))))  # fmt: skip
+            table.add_row(Text(label), Text(safe(found.thread_id)), found.status,
+                          Text(safe(found.values.get("ticker"))))  # fmt: skip
             label = ""
         table.add_section()
     console.print(table)

@@ -347,6 +347,17 @@ def test_every_suggested_ticker_runs_the_demo_and_leaves_nothing_behind(
     assert demo_leftovers(db) == (False, 0)
 
 
+def test_the_demo_shows_no_password_and_takes_any_ticker_text(
+    db: str, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    monkeypatch.setenv("COLOSSEUM_DATABASE_URL", conninfo.make_conninfo(db, password=SECRET))
+    result = invoke("demo", "--ticker", "[/]X")
+    assert result.exit_code == 0, result.output
+    assert SECRET not in result.output and "password=***" in result.stdout
+    assert "[/]X" in result.stdout  # the ticker as typed, not markup
+    assert demo_leftovers(db) == (False, 0)
+
+
 # ============================================================ 13.5: 80 columns, ids, values
 
 
