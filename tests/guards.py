@@ -109,6 +109,18 @@ GUARDS: list[Guard] = [
         ),
     ),
     Guard(
+        name="tool ledger: only the claim's owner records the outcome",
+        file="langgraph_colosseum/_core/ledger.py",
+        original=(
+            "WHERE idempotency_key = %(key)s AND lease_owner = %(owner)s AND status = 'RUNNING'"
+            "\nRETURNING 1"
+        ),
+        mutant="WHERE idempotency_key = %(key)s AND status = 'RUNNING'\nRETURNING 1",
+        tests=(
+            f"{GUARD_TESTS}::test_a_worker_whose_claim_was_taken_over_does_not_record_its_outcome",
+        ),
+    ),
+    Guard(
         name="run guard: acquire only a free thread or a lapsed lease",
         file="langgraph_colosseum/_core/threads.py",
         original="WHERE t.run_owner IS NULL OR t.run_lease_until < now()",

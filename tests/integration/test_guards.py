@@ -30,7 +30,7 @@ from langgraph.checkpoint.memory import InMemorySaver
 
 from langgraph_colosseum import AsyncColosseumSaver, ColosseumSaver, Retention, ThreadBusyError
 from langgraph_colosseum._core.io import CacheCall, Query, Request, Transaction
-from langgraph_colosseum._core.ledger import CLAIM
+from langgraph_colosseum._core.ledger import CLAIM, COMPLETE
 from tests.conftest import CACHE_PREFIX, redis_url, truncate
 from tests.integration.tool_worker import START_INPUT, build_graph, ensure_witness, witness
 
@@ -572,3 +572,74 @@ async def test_an_older_advance_never_replaces_a_newer_head_async(pg_url: str) -
     with worker(pg_url, hot=False) as truth:
         want = truth.get_tuple(latest(thread_id))
         assert want is not None and want.checkpoint == head.checkpoint
+
+
+# ------------------------- 8. a lapsed worker cannot record over its successor
+
+
+def test_a_worker_whose_claim_was_taken_over_does_not_record_its_outcome(pg_url: str) -> None:
+    """Worker A pays, stalls past its lease; worker B (on_unknown="retry") takes the
+    claim over and pays again; A finishes first, while B still runs. Held by
+    COMPLETE's `lease_owner = %(owner)s`: A's outcome is not recorded, B's is, so
+    a replay answers what B's run answered."""
+    truncate(pg_url)
+    ensure_witness(pg_url)
+    thread_id = new_thread("taken-over")
+    config = {"configurable": {"thread_id": thread_id}}
+    calls = [("pay", {"amount": 5})]
+    a_paying, a_done_paying, a_recorded = threading.Event(), threading.Event(), threading.Event()
+    payers: list[str] = []
+    lock = threading.Lock()
+
+    def pay(tid: str, amount: int) -> str:
+        witness(pg_url, tid, "pay", f"paid {amount}")
+        with lock:
+            payers.append("A" if not payers else "B")
+            who = payers[-1]
+        if who == "A":
+            a_paying.set()
+            assert a_done_paying.wait(30), "worker B never started paying"
+        else:
+            a_done_paying.set()  # A returns now and tries to record its outcome
+            assert a_recorded.wait(30), "worker A never tried to record"
+        return f"paid {amount} by {who}"
+
+    tools = {"pay": StructuredTool.from_function(func=pay, name="pay", description="pay")}
+    # A lease far longer than the test: A's heartbeat never runs; it lapses when
+    # the test says so (A stalled).
+    node = {"on_unknown": "retry", "lease": timedelta(hours=1), "wait": timedelta(seconds=30)}
+    with worker(pg_url, hot=False) as a, worker(pg_url, hot=False) as b:
+        build_graph(a, tools, calls, interrupt_before=["tools"]).invoke(START_INPUT, config)
+        graph_a = build_graph(a, tools, calls, interrupt_before=["tools"], **node)
+        graph_b = build_graph(b, tools, calls, interrupt_before=["tools"], **node)
+
+        def a_tried_to_record(request: Request, result: Any) -> None:
+            if isinstance(request, Query) and request.sql is COMPLETE:
+                a_recorded.set()
+
+        a.after = a_tried_to_record
+        outcome: dict[str, Any] = {}
+        runner_a = threading.Thread(target=lambda: outcome.update(a=graph_a.invoke(None, config)))
+        runner_a.start()
+        assert a_paying.wait(30)
+        with psycopg.connect(pg_url, autocommit=True) as conn:
+            conn.execute(
+                "UPDATE colosseum_tool_calls SET lease_until = now() - interval '1 second' "
+                "WHERE thread_id = %s",
+                (thread_id,),
+            )
+        outcome["b"] = graph_b.invoke(None, config)
+        runner_a.join(60)
+        assert not runner_a.is_alive()
+
+        assert payers == ["A", "B"]  # on_unknown="retry": at least once, here twice
+        answer_b = [m.content for m in outcome["b"]["messages"] if m.type == "tool"]
+        assert answer_b == ["paid 5 by B"]
+        with psycopg.connect(pg_url, autocommit=True) as conn:
+            row = conn.execute(
+                "SELECT status, attempts, output FROM colosseum_tool_calls WHERE thread_id = %s",
+                (thread_id,),
+            ).fetchall()
+        ((status, attempts, output),) = row
+        assert (status, attempts) == ("SUCCESS", 2)
+        assert output["v"]["content"] == "paid 5 by B", output  # the recorded ToolMessage
