@@ -29,6 +29,7 @@ from psycopg import conninfo
 from langgraph_colosseum import AsyncColosseumSaver, ColosseumSaver
 from tests.integration.pgbouncer import PgBouncer
 from tests.integration.redis_servers import RedisCluster
+from tests.integration.tls_servers import TlsServers
 
 TRUNCATE = (
     "TRUNCATE colosseum_checkpoints, colosseum_channel_values, colosseum_writes, "
@@ -106,6 +107,16 @@ def pgbouncer() -> Iterator[PgBouncer]:
     bouncer = PgBouncer(server_url()).start()
     yield bouncer
     bouncer.stop()
+
+
+@pytest.fixture(scope="session")
+def tls_servers() -> Iterator[TlsServers]:
+    """A private Postgres (TLS only, SCRAM) and Redis (TLS only, ACL user), set up."""
+    servers = TlsServers().start()
+    with ColosseumSaver.from_conn_string(servers.postgres.url()) as saver:
+        saver.setup()
+    yield servers
+    servers.stop()
 
 
 @pytest.fixture(scope="session")

@@ -4,7 +4,9 @@ The suite drives the async API. It runs against AsyncColosseumSaver, and
 against the blocking ColosseumSaver through `BlockingAsAsync`, whose async
 methods call the blocking ones directly, so the sync driver answers all 81;
 each on Postgres alone, with the Redis hot head, with it on a 3-master
-Redis Cluster, and on Postgres alone through PgBouncer in transaction mode.
+Redis Cluster, on Postgres alone through PgBouncer in transaction mode, and
+over TLS with passwords to both servers (`tls`: verify-full and SCRAM to a
+private Postgres, rediss:// and an ACL user to a private Redis).
 """
 
 from __future__ import annotations
@@ -21,7 +23,7 @@ from langgraph.checkpoint.conformance.report import ProgressCallbacks
 from psycopg_pool import AsyncConnectionPool, ConnectionPool
 
 from langgraph_colosseum import AsyncColosseumSaver, ColosseumSaver
-from tests.conftest import CACHE_MODES, CACHE_PREFIX, redis_url, truncate
+from tests.conftest import CACHE_MODES, CACHE_PREFIX, flush_cache, redis_url, truncate
 
 AUTOCOMMIT = {"autocommit": True}
 # What from_conn_string(..., pgbouncer=True) gives each connection of its pool.
@@ -74,7 +76,7 @@ class BlockingAsAsync(BaseCheckpointSaver):
         return self.inner.get_next_version(current, channel)
 
 
-@pytest.mark.parametrize("cache", [*CACHE_MODES, "cluster", "pgbouncer"])
+@pytest.mark.parametrize("cache", [*CACHE_MODES, "cluster", "pgbouncer", "tls"])
 @pytest.mark.parametrize("driver", ["async", "sync"])
 async def test_conformance_all_capabilities(
     pg_url: str, driver: str, cache: str, request: pytest.FixtureRequest
@@ -84,6 +86,9 @@ async def test_conformance_all_capabilities(
     bouncer = cache == "pgbouncer"
     url = request.getfixturevalue("bouncer_url") if bouncer else pg_url
     kwargs = TRANSACTION_MODE if bouncer else AUTOCOMMIT
+    tls = request.getfixturevalue("tls_servers") if cache == "tls" else None
+    if tls is not None:
+        url = tls.postgres.url()
 
     def cache_client() -> Any:
         if cache in ("postgres", "pgbouncer"):
@@ -92,11 +97,13 @@ async def test_conformance_all_capabilities(
             cluster.client().flushall()
             return cluster.async_client() if driver == "async" else cluster.client()
         client_class = redis.asyncio.Redis if driver == "async" else redis.Redis
-        return client_class.from_url(redis_url())
+        return client_class.from_url(tls.redis.url() if tls else redis_url())
 
     @checkpointer_test(name=f"ColosseumSaver-{driver}-{cache}")
     async def factory():
-        truncate(pg_url)
+        truncate(url)
+        if tls is not None:
+            flush_cache(tls.redis.url())
         client = cache_client()
         try:
             if driver == "async":
