@@ -92,6 +92,17 @@ GUARDS: list[Guard] = [
         ),
     ),
     Guard(
+        name="hot head: the same checkpoint put again drops the head",
+        file="langgraph_colosseum/_core/hot.py",
+        original=(
+            "if id == current then\n"
+            "    -- The same checkpoint put again: Postgres kept its first parent; do not guess.\n"
+            "    drop_namespace()\n    return -1\nend"
+        ),
+        mutant="",
+        tests=(f"{GUARD_TESTS}::test_the_same_checkpoint_put_again_does_not_rewrite_the_head",),
+    ),
+    Guard(
         name="tool ledger: a claim is taken over only once its lease lapsed",
         file="langgraph_colosseum/_core/ledger.py",
         original="WHERE (t.status IN ('RUNNING', 'TIMED_OUT', 'PENDING') AND t.lease_until < now()",

@@ -643,3 +643,35 @@ def test_a_worker_whose_claim_was_taken_over_does_not_record_its_outcome(pg_url:
         ((status, attempts, output),) = row
         assert (status, attempts) == ("SUCCESS", 2)
         assert output["v"]["content"] == "paid 5 by B", output  # the recorded ToolMessage
+
+
+# ---------------------------- 9. the same checkpoint put again drops the head
+
+
+@pytest.mark.parametrize("with_writes", [False, True], ids=["alone", "with-writes"])
+def test_the_same_checkpoint_put_again_does_not_rewrite_the_head(
+    pg_url: str, with_writes: bool
+) -> None:
+    """A retried put of the head's own checkpoint (here from another parent).
+    Postgres keeps the row's first parent and its pending writes. Held by
+    ADVANCE's `id == current` drop: the head is not rebuilt from the put alone
+    (which knows neither), the next read goes to Postgres."""
+    truncate(pg_url)
+    thread_id = new_thread("put-again")
+    steps = Steps(thread_id)
+    writes = [("task-1", "x", "w")] if with_writes else []
+    with worker(pg_url) as saver, worker(pg_url) as reader:
+        steps.put(saver, "c0")
+        again = steps.next(saver, "c1")
+        saver.put(*again)
+        reader.get_tuple(latest(thread_id))  # the head: c1
+        for task_id, channel, value in writes:
+            saver.put_writes(at(thread_id, steps.ids[1]), [(channel, value)], task_id)
+        saver.put(at(thread_id, None), *again[1:])  # c1 again, as a root
+
+        for _ in range(2):  # a miss that refills, then the refilled head
+            found = reader.get_tuple(latest(thread_id))
+            assert found is not None and found.checkpoint["id"] == steps.ids[1]
+            assert found.parent_config is not None
+            assert found.parent_config["configurable"]["checkpoint_id"] == steps.ids[0]
+            assert found.pending_writes == writes
