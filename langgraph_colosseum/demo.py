@@ -60,6 +60,7 @@ from langgraph_colosseum.committee import (
     build_committee,
     convene,
 )
+from langgraph_colosseum.inspection import Inspector
 from langgraph_colosseum.saver import ColosseumSaver
 
 DEFAULT_TICKER = "AMD"  # its chart gives a buy within the mandate
@@ -303,16 +304,11 @@ def _show_analysis(console: Console, values: dict[str, Any]) -> None:
 
 
 def _show_ledger(console: Console, saver: ColosseumSaver, thread_id: str) -> None:
-    with saver.conn.connection() as conn:
-        rows = conn.execute(
-            "SELECT tool_name, status, attempts, left(idempotency_key, 16) FROM colosseum_tool_calls "
-            "WHERE thread_id = %s ORDER BY started_at",
-            [thread_id],
-        ).fetchall()
     table = Table("tool", "status", "attempts", "idempotency key",
                   title="the tool ledger (colosseum_tool_calls)", title_justify="left")  # fmt: skip
-    for tool, status, attempts, key in rows:
-        table.add_row(Text(safe(tool)), status, str(attempts), f"{key}…")
+    for call in Inspector(saver).ledger(thread_id):
+        table.add_row(Text(safe(call["tool"])), call["status"], str(call["attempts"]),
+                      f"{call['idempotency_key'][:16]}…")  # fmt: skip
     console.print(table)
 
 
