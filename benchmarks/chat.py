@@ -15,7 +15,7 @@ from langgraph.channels.delta import DeltaChannel
 from langgraph.graph import START, StateGraph
 from langgraph.graph.message import _messages_delta_reducer, add_messages
 
-from benchmarks.common import OURS_HOT, Bench, Meter, letters, log, sync_saver
+from benchmarks.common import OURS_HOT, Bench, Meter, Skipped, letters, log, sync_saver
 
 
 class ChatState(TypedDict):
@@ -85,11 +85,16 @@ def run_chat(bench: Bench, p: dict, delta: bool, savers: tuple[str, ...]) -> dic
     for name in savers:
         log(f"  {name} ...")
         gc.collect()
-        with sync_saver(bench, name) as (saver, bytes_fn):
-            results[name] = run_chat_cell(bench, saver, bytes_fn, p, delta)
-            if name == OURS_HOT:
-                hot, encoded = bench.hot_bytes_per_thread()
-                results[name]["hot_bytes_per_thread"] = hot
-                results[name]["hot_encoded_bytes_per_thread"] = encoded
+        try:
+            with sync_saver(bench, name) as (saver, bytes_fn):
+                results[name] = run_chat_cell(bench, saver, bytes_fn, p, delta)
+                if name == OURS_HOT:
+                    hot, encoded = bench.hot_bytes_per_thread()
+                    results[name]["hot_bytes_per_thread"] = hot
+                    results[name]["hot_encoded_bytes_per_thread"] = encoded
+        except Skipped as skipped:
+            results[name] = {"skipped": str(skipped)}
+            log(f"    skipped: {skipped}")
+            continue
         log(f"    total {results[name]['total_s']:.2f}s, history {results[name]['history_s']:.2f}s")
     return results

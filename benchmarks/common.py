@@ -67,7 +67,9 @@ AMEMORY, ASQLITE, AREF, AOURS = (
 )
 # Ours again, with the Redis hot head in front of Postgres.
 OURS_HOT, AOURS_HOT = "ColosseumSaver+Redis", "AsyncColosseumSaver+Redis"
-SYNC_SAVERS = (MEMORY, SQLITE, REF, OURS, OURS_HOT)
+# Ours on Postgres alone, through a PgBouncer in transaction mode (`pgbouncer=True`).
+OURS_BOUNCER = "ColosseumSaver+PgBouncer"
+SYNC_SAVERS = (MEMORY, SQLITE, REF, OURS, OURS_HOT, OURS_BOUNCER)
 ASYNC_SAVERS = (AMEMORY, ASQLITE, AREF, AOURS, AOURS_HOT)
 REDIS_URL = os.environ.get("COLOSSEUM_BENCH_REDIS_URL", "redis://127.0.0.1:6379/0")
 # This run's keys: cleared per cell, so the bytes per hot thread are the cell's own.
@@ -141,6 +143,8 @@ class Bench:
         self.monitor: psycopg.Connection | None = None
         self.statements = False  # pg_stat_statements is readable
         self.oid = 0
+        # The run's database through PgBouncer (transaction mode), when one runs.
+        self.bouncer_url: str | None = None
 
     def create(self) -> None:
         with psycopg.connect(self.admin_url, autocommit=True) as admin:
@@ -424,8 +428,19 @@ def sync_saver(bench: Bench, name: str) -> Iterator[tuple[Any, Callable[[], int 
         with ColosseumSaver.from_conn_string(bench.url, **cache) as saver:
             saver.setup()
             yield saver, lambda: bench.table_bytes(OURS)
+    elif name == OURS_BOUNCER:
+        if bench.bouncer_url is None:
+            raise Skipped("no PgBouncer in this run (pgbouncer is not installed)")
+        bench.truncate(OURS)
+        with ColosseumSaver.from_conn_string(bench.bouncer_url, pgbouncer=True) as saver:
+            saver.setup()
+            yield saver, lambda: bench.table_bytes(OURS)
     else:  # pragma: no cover
         raise ValueError(name)
+
+
+class Skipped(Exception):
+    """A cell that cannot run in this run; its reason goes in the report."""
 
 
 @contextlib.asynccontextmanager

@@ -12,6 +12,7 @@ from benchmarks.common import (
     AREF,
     ASYNC_SAVERS,
     OURS,
+    OURS_BOUNCER,
     OURS_HOT,
     REF,
     SYNC_SAVERS,
@@ -274,19 +275,20 @@ def workload_tables(results: dict, p: dict) -> list[str]:
         w = results.get(workload)
         if not w:
             continue
-        names = [n for n in SYNC_SAVERS if n in w]
+        skipped = [n for n in SYNC_SAVERS if n in w and "skipped" in w[n]]
+        names = [n for n in SYNC_SAVERS if n in w and n not in skipped]
         title = f"### {workload} ({p['chat_turns']} turns"
         title += ", messages in a `DeltaChannel`)" if workload.endswith("delta") else ")"
         out += [title, ""]
         rows = []
+        ours_columns = [n for n in (OURS, OURS_HOT, OURS_BOUNCER) if n in names]
         for key, label, kind in CHAT_FIGURES:
             row = [label] + [fmt(get(w[n], key), kind) for n in names]
-            for ours in (OURS, OURS_HOT):
+            for ours in ours_columns:
                 row.append(fmt_ratio(ratio(get(w.get(ours), key), get(w.get(REF), key))))
             rows.append(row)
-        out += md_table(
-            ["figure", *names, "ours / PostgresSaver", "ours+Redis / PostgresSaver"], rows
-        )
+        out += md_table(["figure", *names, *(f"{n} / PostgresSaver" for n in ours_columns)], rows)
+        out += [f"{n} skipped: {w[n]['skipped']}" for n in skipped]
         errors = [f"{n}: {w[n]['error']}" for n in names if "error" in w[n]]
         out += [""] + [f"**check failed** {e}" for e in errors] + ([""] if errors else [])
     w = results.get("conc-32")

@@ -65,7 +65,7 @@ from benchmarks.conc import run_conc
 from benchmarks.longthread import run_long
 from benchmarks.report import compute_targets, render_markdown, write_chart
 from benchmarks.search import run_search
-from benchmarks.servers import private_postgres, private_redis
+from benchmarks.servers import private_pgbouncer, private_postgres, private_redis
 
 
 def machine_info(bench: Bench) -> dict:
@@ -155,6 +155,9 @@ def main(argv: list[str] | None = None) -> int:
         bench = Bench(admin_url, redis_url, private_redis=private_redis_url is not None)
         log(f"database {bench.name} on {conninfo.conninfo_to_dict(admin_url).get('port', '?')}")
         bench.create()
+        bouncer = servers.enter_context(private_pgbouncer(admin_url, log))
+        if bouncer is not None:
+            bench.bouncer_url = bouncer.url(bench.name)
         try:
             machine = machine_info(bench)
             for workload in args.workloads:

@@ -1,4 +1,5 @@
-"""Private servers for one benchmark run: a PostgreSQL 18 and a redis-server of its own.
+"""Private servers for one benchmark run: a PostgreSQL 18 and a redis-server of its own,
+and a PgBouncer in front of the PostgreSQL.
 
 Why private: the counters the run reads are server-wide. `pg_stat_statements`
 must be preloaded (the shared development server has not), and Redis's
@@ -25,6 +26,7 @@ import tempfile
 import time
 from collections.abc import Iterator
 from pathlib import Path
+from typing import Any
 
 import psycopg
 import redis
@@ -171,3 +173,25 @@ def private_redis(log) -> Iterator[str | None]:
         if process.poll() is None:
             process.kill()
         shutil.rmtree(root, ignore_errors=True)
+
+
+@contextlib.contextmanager
+def private_pgbouncer(admin_url: str, log) -> Iterator[Any]:
+    """A PgBouncer in transaction mode in front of `admin_url`'s server, or None.
+
+    The same helper the tests start (tests/integration/pgbouncer.py).
+    """
+    from tests.integration.pgbouncer import PgBouncer, pgbouncer_binary
+
+    try:
+        pgbouncer_binary()
+    except RuntimeError as missing:
+        log(f"  {missing}: the PgBouncer cells are skipped")
+        yield None
+        return
+    bouncer = PgBouncer(admin_url).start()
+    try:
+        log(f"  private PgBouncer on port {bouncer.port} (pool_mode = transaction)")
+        yield bouncer
+    finally:
+        bouncer.stop()
