@@ -307,9 +307,11 @@ class MemoryOps:
             validate_op_namespace(op)  # type: ignore[arg-type]
         results: list[Result] = [None] * len(ops)
 
-        # The embeddings the batch needs, before the transaction.
-        query_vectors = yield from self._embed_queries(ops)
+        # Values are encoded first: one that cannot be stored fails the batch
+        # before any embedding is paid for. Then the embeddings the batch needs,
+        # before its transaction.
         upserts, deletes = self._plan_puts([op for op in ops if isinstance(op, PutOp)])
+        query_vectors = yield from self._embed_queries(ops)
         vector_writes = yield from self._plan_vectors(upserts)
 
         # One transaction: reads first (they see the store before the writes).
