@@ -4,7 +4,7 @@ The suite drives the async API. It runs against AsyncColosseumSaver, and
 against the blocking ColosseumSaver through `BlockingAsAsync`, whose async
 methods call the blocking ones directly, so the sync driver answers all 81;
 each on Postgres alone, with the Redis hot head, with it on a 3-master
-Redis Cluster, on Postgres alone through PgBouncer in transaction mode, and
+Redis Cluster, through PgBouncer in transaction mode (alone and with the head), and
 over TLS with passwords to both servers (`tls`: verify-full and SCRAM to a
 private Postgres, rediss:// and an ACL user to a private Redis).
 """
@@ -76,14 +76,15 @@ class BlockingAsAsync(BaseCheckpointSaver):
         return self.inner.get_next_version(current, channel)
 
 
-@pytest.mark.parametrize("cache", [*CACHE_MODES, "cluster", "pgbouncer", "tls"])
+@pytest.mark.parametrize("cache", [*CACHE_MODES, "cluster", "pgbouncer", "pgbouncer-redis", "tls"])
 @pytest.mark.parametrize("driver", ["async", "sync"])
 async def test_conformance_all_capabilities(
     pg_url: str, driver: str, cache: str, request: pytest.FixtureRequest
 ) -> None:
     cluster = request.getfixturevalue("cluster") if cache == "cluster" else None
-    # "pgbouncer": Postgres alone, every statement through PgBouncer in transaction mode.
-    bouncer = cache == "pgbouncer"
+    # "pgbouncer": every statement through PgBouncer in transaction mode (with the
+    # Redis head too: "pgbouncer-redis").
+    bouncer = cache.startswith("pgbouncer")
     url = request.getfixturevalue("bouncer_url") if bouncer else pg_url
     kwargs = TRANSACTION_MODE if bouncer else AUTOCOMMIT
     tls = request.getfixturevalue("tls_servers") if cache == "tls" else None

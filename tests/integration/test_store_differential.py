@@ -20,9 +20,11 @@ from typing import Any
 
 import pytest
 from langgraph.store.memory import InMemoryStore
+from psycopg import conninfo
 
 from langgraph_colosseum.memory import AsyncColosseumStore, ColosseumStore
 from tests.conftest import server_url
+from tests.integration.pgbouncer import PgBouncer
 from tests.integration.store_support import fresh_database, sql
 
 NAMESPACES = [
@@ -152,3 +154,21 @@ async def test_async_store_agrees_with_inmemory(url: str, seed: int) -> None:
     sql(url, "TRUNCATE colosseum_store_items CASCADE")
     async with AsyncColosseumStore.from_conn_string(url, pool_size=2) as store:
         await replay(seed, store, is_async=True)
+
+
+@pytest.mark.parametrize("seed", range(200, 203))
+@pytest.mark.parametrize("driver", ["sync", "async"])
+async def test_store_through_pgbouncer_agrees_with_inmemory(
+    url: str, driver: str, seed: int, pgbouncer: PgBouncer
+) -> None:
+    """PgBouncer in transaction mode (`pgbouncer=True`): the Store keeps no session state."""
+    sql(url, "TRUNCATE colosseum_store_items CASCADE")
+    bounced = pgbouncer.url(str(conninfo.conninfo_to_dict(url)["dbname"]))
+    if driver == "sync":
+        with ColosseumStore.from_conn_string(bounced, pool_size=2, pgbouncer=True) as store:
+            await replay(seed, store, is_async=False)
+    else:
+        async with AsyncColosseumStore.from_conn_string(
+            bounced, pool_size=2, pgbouncer=True
+        ) as store:
+            await replay(seed, store, is_async=True)
