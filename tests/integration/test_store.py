@@ -625,3 +625,15 @@ async def test_use_before_setup_names_store_setup() -> None:
         async with AsyncColosseumStore.from_conn_string(url) as astore:
             with pytest.raises(StoreSchemaMissingError, match=r"await store\.setup\(\)"):
                 await astore.aput(("a",), "k", {"v": 1})
+
+
+async def test_async_store_on_an_async_savers_pool(store_url: str) -> None:
+    from langgraph_colosseum import AsyncColosseumSaver
+
+    empty(store_url)
+    async with AsyncColosseumSaver.from_conn_string(store_url, pool_size=2) as saver:
+        store = AsyncColosseumStore.from_saver(saver)
+        assert store.saver is saver
+        await store.aput(("a",), "k", {"v": 1})
+        assert (await store.aget(("a",), "k")).value == {"v": 1}
+        assert saver.conn.get_stats()["pool_size"] <= 2  # no pool of its own
