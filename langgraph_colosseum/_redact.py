@@ -22,7 +22,8 @@ MASK = "***"
 
 # scheme://user:SECRET@host: the secret runs to the last "@" before a blank or
 # quote, so a password holding "@" is hidden whole (over-hiding a host is fine).
-_URL_PASSWORD = re.compile(r"(\b[a-zA-Z][a-zA-Z0-9+.\-]*://[^\s/@:'\"]*:)[^\s'\"]*(?=@)")
+# An empty password (user:@host, the embedded server's) has nothing to hide.
+_URL_PASSWORD = re.compile(r"(\b[a-zA-Z][a-zA-Z0-9+.\-]*://[^\s/@:'\"]*:)[^\s'\"]+(?=@)")
 # password=SECRET in a key-value DSN (quoted or not) or a URL query string;
 # also PGPASSWORD=... and redis-style requirepass lines.
 _KEYWORD_PASSWORD = re.compile(

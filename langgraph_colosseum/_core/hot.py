@@ -58,7 +58,12 @@ def write_field(task_id: str, idx: int) -> str:
 
 # ---------------------------------------------------------------- scripts
 
-_COMMON = r"""
+# How long the hash of a thread with no checkpoint lives (see REFILL).
+NO_THREAD_TTL_MS = 5000
+
+_COMMON = (
+    f"local NO_THREAD_TTL_MS = {NO_THREAD_TTL_MS}\n"
+    + r"""
 local key = KEYS[1]
 local ttl = ARGV[1]
 local ns = ARGV[2]
@@ -164,6 +169,7 @@ local function clock_seq()
     return t[1] .. string.format('%06d', tonumber(t[2])) .. '000'
 end
 """
+)
 
 # ARGV: ttl, ns, checkpoint id wanted ("" = the latest), then channel, version
 # pairs the caller already holds decoded (their rows are not sent).
@@ -178,11 +184,16 @@ if not seq then
     -- Created now so the refill that follows this miss has a counter to compare.
     seq = clock_seq()
     redis.call('HSET', key, 'seq', seq)
-    redis.call('PEXPIRE', key, ttl)
+    redis.call('PEXPIRE', key, math.min(tonumber(ttl), NO_THREAD_TTL_MS))  -- until a refill
     return {seq}
 end
-redis.call('PEXPIRE', key, ttl)
 local id = redis.call('HGET', key, P .. 'id')
+if ns == '' and id == '' then
+    -- Known to have no checkpoint: reading it again does not keep it (see REFILL).
+    redis.call('PEXPIRE', key, math.min(tonumber(ttl), NO_THREAD_TTL_MS))
+else
+    redis.call('PEXPIRE', key, ttl)
+end
 -- No head, or one still awaiting writes that committed before its put.
 if not id or redis.call('HEXISTS', key, P .. 'x') == 1 then return {seq} end
 if ARGV[3] ~= '' and ARGV[3] ~= id then return {seq, 0} end
@@ -217,7 +228,15 @@ drop_namespace()
 redis.call('HSET', key, P .. 'id', ARGV[4], P .. 'h', ARGV[5], P .. 'cv', ARGV[6],
            P .. 'w', ARGV[7])
 store_rows(8)
-redis.call('PEXPIRE', key, ttl)
+if ns == '' and ARGV[4] == '' then
+    -- No root checkpoint: a thread about to be created (its first put sets the
+    -- full TTL), or an id that does not exist, which must not hold memory for
+    -- an hour (a typo, a scan of made-up ids). A miss's fresh hash lives as
+    -- briefly (see READ); a refill of a real head gives it the full TTL.
+    redis.call('PEXPIRE', key, math.min(tonumber(ttl), NO_THREAD_TTL_MS))
+else
+    redis.call('PEXPIRE', key, ttl)
+end
 return 1
 """
 )

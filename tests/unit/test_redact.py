@@ -34,6 +34,10 @@ from langgraph_colosseum.errors import ColosseumError, DatabaseUnavailableError
         # an unquoted password runs to the next blank: ")" may be part of it
         ("PGPASSWORD=hunter2 psql", "PGPASSWORD=*** psql"),
         ("postgresql://app@db/prod", "postgresql://app@db/prod"),  # nothing to hide
+        (
+            "postgresql://postgres:@/postgres?host=/run",
+            "postgresql://postgres:@/postgres?host=/run",
+        ),
         ("unix:///run/valkey.sock", "unix:///run/valkey.sock"),
     ],
 )
