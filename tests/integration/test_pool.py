@@ -17,7 +17,7 @@ import psycopg
 import pytest
 from langgraph.checkpoint.base import empty_checkpoint
 
-from langgraph_colosseum import AsyncColosseumSaver, ColosseumSaver
+from langgraph_colosseum import AsyncColosseumSaver, ColosseumSaver, InvalidConfigError
 from tests.conftest import truncate
 
 POOL = 4
@@ -135,3 +135,19 @@ def test_settings_reach_every_connection(pg_url: str) -> None:
     with ColosseumSaver.from_conn_string(pg_url, prepare_threshold=None) as saver:
         with saver.conn.connection() as conn:
             assert conn.prepare_threshold is None
+
+
+def test_pgbouncer_refuses_a_connection_that_prepares(pg_url: str) -> None:
+    with psycopg.connect(pg_url, autocommit=True) as conn:
+        with pytest.raises(InvalidConfigError, match=r"prepare_threshold=5"):
+            ColosseumSaver(conn, pgbouncer=True)
+        conn.prepare_threshold = None
+        assert ColosseumSaver(conn, pgbouncer=True).conn is conn
+
+
+async def test_pgbouncer_refuses_an_async_connection_that_prepares(pg_url: str) -> None:
+    async with await psycopg.AsyncConnection.connect(pg_url, autocommit=True) as conn:
+        with pytest.raises(InvalidConfigError, match=r"prepare_threshold=5"):
+            AsyncColosseumSaver(conn, pgbouncer=True)
+        conn.prepare_threshold = None
+        assert AsyncColosseumSaver(conn, pgbouncer=True).conn is conn
