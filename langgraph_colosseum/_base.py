@@ -9,6 +9,7 @@ as "run this `CheckpointStore` operation". A driver supplies four primitives:
 from __future__ import annotations
 
 import abc
+import logging
 from collections.abc import (
     AsyncIterator,
     Callable,
@@ -44,6 +45,8 @@ from langgraph_colosseum.threads import DEFAULT_LEASE, OnBusy
 
 if TYPE_CHECKING:
     from langgraph_colosseum.threads import AsyncThreads, Threads
+
+logger = logging.getLogger("langgraph_colosseum")
 
 T = TypeVar("T")
 # The driver's thread registry API, so `saver.threads` is typed per driver.
@@ -254,6 +257,27 @@ class ColosseumSaverBase(BaseCheckpointSaver[str], abc.ABC, Generic[ThreadsT]):
             ...     graph.invoke(inputs, {"configurable": {"thread_id": "t1"}})
         """
         return self.threads.guard(thread_id, on_busy=on_busy, lease=lease)
+
+    def drop_stale_heads(self) -> int:
+        """Drop the Redis heads that writes (of any worker) could not update because
+        Redis refused them; how many were recorded. Never raises: run at close and exit.
+
+        Each write does this for a few as it goes; `from_conn_string` savers do it
+        as they close, and blocking savers at interpreter exit.
+        """
+        try:
+            return self._run(self._store.drop_stale_heads())
+        except Exception as exc:  # at exit the pool or the database may be gone
+            logger.info("could not drop stale Redis heads on close: %s", exc)
+            return 0
+
+    async def adrop_stale_heads(self) -> int:
+        """`drop_stale_heads`, awaited."""
+        try:
+            return await self._arun(self._store.drop_stale_heads())
+        except Exception as exc:
+            logger.info("could not drop stale Redis heads on close: %s", exc)
+            return 0
 
     def get_next_version(self, current: str | None, channel: None) -> str:
         return next_version(current)

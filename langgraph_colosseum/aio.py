@@ -123,9 +123,13 @@ class AsyncColosseumSaver(ColosseumSaverBase[AsyncThreads]):
         await aprobe(conn_string, arguments["kwargs"])
         async with AsyncConnectionPool(**arguments, open=False) as pool:
             client = async_client_from_url(redis_url) if redis_url else None
+            saver = None
             try:
-                yield cls(pool, serde=serde, cache=client, pgbouncer=pgbouncer, **options)
+                saver = cls(pool, serde=serde, cache=client, pgbouncer=pgbouncer, **options)
+                yield saver
             finally:
+                if saver is not None:
+                    await saver.adrop_stale_heads()
                 if client is not None:
                     await client.aclose()
 

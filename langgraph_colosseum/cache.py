@@ -30,7 +30,7 @@ import redis.asyncio
 import redis.asyncio.cluster
 from redis.asyncio.retry import Retry as AsyncRetry
 from redis.backoff import NoBackoff
-from redis.exceptions import NoScriptError
+from redis.exceptions import NoScriptError, RedisClusterException
 from redis.retry import Retry
 
 from langgraph_colosseum._core.hot import SCRIPTS
@@ -147,6 +147,26 @@ class Breaker:
         return missed
 
 
+def is_redis_failure(exc: BaseException) -> bool:
+    """A failure of Redis itself (down, slow, refusing, erroring), which the
+    breaker counts; not one of the request (a value the client cannot encode),
+    which fails that request alone."""
+    if isinstance(exc, redis.exceptions.DataError):
+        return False  # raised by the client's encoder, before anything was sent
+    return isinstance(
+        exc, (redis.exceptions.RedisError, RedisClusterException, OSError, TimeoutError)
+    )
+
+
+def _request_failed(request: CacheCall | CacheDrop, exc: BaseException) -> None:
+    logger.error(
+        "a hot cache request on %s failed before reaching Redis (%r); "
+        "the store reads Postgres and records the head as stale",
+        request.keys[0] if isinstance(request, CacheDrop) else request.key,
+        exc,
+    )
+
+
 def _changes_heads(request: CacheCall | CacheDrop) -> bool:
     """A write or a drop: what Redis must see for other workers' reads to stay fresh."""
     return isinstance(request, CacheDrop) or request.script in ("advance", "add_writes")
@@ -170,10 +190,20 @@ class RedisCache:
                 self.client.delete(key)  # one key per call: Cluster-safe
             result = None if isinstance(request, CacheDrop) else self._script(request)
         except Exception as exc:  # RedisClusterException is no RedisError: catch all
-            self.breaker.failed(request, deletions, exc)
+            if is_redis_failure(exc):
+                self.breaker.failed(request, deletions, exc)
+            else:
+                _request_failed(request, exc)
             return CACHE_UNAVAILABLE
         self.breaker.recovered()
         return result
+
+    def flush(self, pattern: str) -> int:
+        """Delete every key matching `pattern` (SCAN, so Redis keeps serving); how many."""
+        deleted = 0
+        for key in self.client.scan_iter(match=pattern, count=1000):
+            deleted += self.client.delete(key)  # one key per call: Cluster-safe
+        return deleted
 
     def _script(self, call: CacheCall) -> Any:
         return self.scripts[call.script](keys=[call.key], args=call.args)
@@ -236,7 +266,10 @@ class AsyncRedisCache:
             results = [exc] * len(batch)
         for pending, result in zip(batch, results):
             if isinstance(result, Exception):
-                self.breaker.failed(pending.request, pending.deletions, result)
+                if is_redis_failure(result):
+                    self.breaker.failed(pending.request, pending.deletions, result)
+                else:
+                    _request_failed(pending.request, result)
                 result = CACHE_UNAVAILABLE
             else:
                 self.breaker.recovered()

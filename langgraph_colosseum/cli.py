@@ -40,6 +40,7 @@ from rich.text import Text
 
 from langgraph_colosseum import embedded
 from langgraph_colosseum._core import schema
+from langgraph_colosseum._core.hot import KEY_PREFIX
 from langgraph_colosseum._core.threads import STATUSES
 from langgraph_colosseum._redact import redact, safe
 from langgraph_colosseum.cli_store import store_app
@@ -270,6 +271,29 @@ def demo(
         run_demo(console, ticker=ticker, keep=keep)
     except DemoFailedError as exc:
         raise Fail(f"demo failed: {exc}") from exc
+
+
+cache_app = typer.Typer(help="The Redis hot cache in front of the database.")
+app.add_typer(cache_app, name="cache")
+
+
+def cache_flush(
+    prefix: str = typer.Option(KEY_PREFIX, help="The cache_prefix your savers use."),
+) -> None:
+    """Drop this database's hot heads from Redis, and nothing else.
+
+    Run it after a restore that keeps the database's incarnation (see the
+    README, Backup): a data-only pg_restore into the existing tables.
+    """
+    with ColosseumSaver.from_env(pool_size=2, cache_prefix=prefix) as saver:
+        if saver.cache is None:
+            typer.echo("no Redis is configured: nothing to flush")
+            return
+        deleted = saver.flush_cache()
+    typer.echo(f"dropped {deleted} hot thread heads of this database from Redis")
+
+
+cache_app.command("flush")(_guarded(cache_flush))
 
 
 @_command()

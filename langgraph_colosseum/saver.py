@@ -3,8 +3,10 @@
 from __future__ import annotations
 
 import asyncio
+import atexit
 import threading
 import time
+import weakref
 from collections.abc import AsyncIterator, Iterable, Iterator
 from contextlib import contextmanager, nullcontext
 from datetime import timedelta
@@ -89,6 +91,9 @@ class ColosseumSaver(ColosseumSaverBase[Threads]):
         self._connected = False
         # One connection runs one statement at a time; a pool needs no lock.
         self._conn_lock = None if isinstance(conn, ConnectionPool) else threading.Lock()
+        if self.cache is not None:
+            # A one-shot process whose writes Redis refused drops what it can before it exits.
+            atexit.register(_drop_stale_heads_of, weakref.ref(self))
 
     @classmethod
     @contextmanager
@@ -134,9 +139,13 @@ class ColosseumSaver(ColosseumSaverBase[Threads]):
         probe(conn_string, arguments["kwargs"])
         with ConnectionPool(**arguments, open=True) as pool:
             client = client_from_url(redis_url) if redis_url else None
+            saver = None
             try:
-                yield cls(pool, serde=serde, cache=client, pgbouncer=pgbouncer, **options)
+                saver = cls(pool, serde=serde, cache=client, pgbouncer=pgbouncer, **options)
+                yield saver
             finally:
+                if saver is not None:
+                    saver.drop_stale_heads()
                 if client is not None:
                     client.close()
 
@@ -188,6 +197,20 @@ class ColosseumSaver(ColosseumSaverBase[Threads]):
 
         threading.Thread(target=loop, name="colosseum-sweeper", daemon=True).start()
         return stop
+
+    def flush_cache(self) -> int:
+        """Drop every Redis head of this database (its current incarnation) and
+        nothing else; how many keys. Needed only after a restore that keeps the
+        incarnation (see the README, Backup); `colosseum cache flush` runs it.
+
+        Example:
+            >>> with ColosseumSaver.from_env() as saver:
+            ...     saver.flush_cache()
+        """
+        if self.cache is None or self._store.hot is None:
+            return 0
+        self._run(self._store.learn_incarnation())
+        return self.cache.flush(self._store.hot.key_pattern())
 
     def setup(self) -> int:
         """Create or upgrade the schema; returns its version. Safe to call concurrently."""
@@ -245,6 +268,11 @@ class ColosseumSaver(ColosseumSaverBase[Threads]):
 
     async def _perform_in_thread(self, request: Request) -> Any:
         return await asyncio.to_thread(self._perform, request)
+
+
+def _drop_stale_heads_of(saver: weakref.ref[ColosseumSaver]) -> None:
+    if (alive := saver()) is not None:
+        alive.drop_stale_heads()
 
 
 @contextmanager

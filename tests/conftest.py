@@ -33,7 +33,7 @@ from tests.integration.tls_servers import TlsServers
 
 TRUNCATE = (
     "TRUNCATE colosseum_checkpoints, colosseum_channel_values, colosseum_writes, "
-    "colosseum_delta_histories, colosseum_tool_calls, colosseum_threads"
+    "colosseum_delta_histories, colosseum_tool_calls, colosseum_threads, colosseum_stale_heads"
 )
 
 

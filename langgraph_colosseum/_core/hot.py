@@ -37,6 +37,8 @@ Nothing here opens a socket: the store yields `CacheCall`s, the drivers run them
 
 from __future__ import annotations
 
+import hashlib
+import hmac
 from collections.abc import Iterable, Mapping, Sequence
 from datetime import timedelta
 from typing import Any, NamedTuple
@@ -69,27 +71,38 @@ local ttl = ARGV[1]
 local ns = ARGV[2]
 local P = ns .. '\0'
 
-local function drop_namespace()
-    local doomed = {}
-    for _, field in ipairs(redis.call('HKEYS', key)) do
-        if string.sub(field, 1, #P) == P then doomed[#doomed + 1] = field end
-    end
-    for i = 1, #doomed, 512 do
-        redis.call('HDEL', key, unpack(doomed, i, math.min(i + 511, #doomed)))
-    end
-end
+-- Rules every script keeps. (1) Every walk along a chain of bases remembers
+-- the versions it passed and stops at a repeat: a cyclic chain (a corrupt
+-- hash) must not loop, because a script that loops holds all of Redis and,
+-- once it has written, cannot even be killed. (2) A script reads and decodes
+-- everything it needs before its first write, so an error (a field that does
+-- not decode) leaves the hash as it was. (3) Only writes extend a hash's
+-- life (PEXPIRE): a head is never served longer than the TTL after the last
+-- write that reached it, however often it is read.
 
 local function row_field(channel, version) return P .. 'r\0' .. channel .. '\0' .. version end
 local function base_field(channel, version) return P .. 'b\0' .. channel .. '\0' .. version end
 
--- The rows of each channel version's chain, or nil when a delta's base is gone.
+-- A packed field, or nil when it is absent, empty or does not decode.
+local function unpacked(field)
+    local packed = redis.call('HGET', key, field)
+    if not packed or packed == '' then return nil, true end
+    local ok, value = pcall(cmsgpack.unpack, packed)
+    if not ok or type(value) ~= 'table' then return nil, false end
+    return value, true
+end
+
+-- The rows of each channel version's chain, or nil when a delta's base is gone
+-- or the chain comes back on itself.
 local function chains(versions, skip)
     local rows = {}
     for i = 1, #versions, 2 do
         local channel, version = versions[i], versions[i + 1]
         if skip[channel] ~= version then
-            local first = true
+            local first, seen = true, {}
             while version do
+                if seen[version] then return nil end
+                seen[version] = true
                 local row = redis.call('HGET', key, row_field(channel, version))
                 if not row then
                     if first then break end  -- no value stored for this version
@@ -108,6 +121,38 @@ local function chains(versions, skip)
     return rows
 end
 
+-- The fields of the namespace's head: its fixed fields and the chains its
+-- channel versions name (the hash holds nothing else of the namespace, see
+-- drop_replaced), so dropping a head costs its rows, not the whole hash.
+-- A cv that does not decode gives nil: only dropping the whole hash is safe.
+local function namespace_fields()
+    local fields = {P .. 'id', P .. 'h', P .. 'cv', P .. 'w', P .. 'n', P .. 'x'}
+    local versions, ok = unpacked(P .. 'cv')
+    if not ok then return nil end
+    for i = 1, #(versions or {}), 2 do
+        local channel, version = versions[i], versions[i + 1]
+        local seen = {}
+        while version and not seen[version] do
+            seen[version] = true
+            fields[#fields + 1] = row_field(channel, version)
+            fields[#fields + 1] = base_field(channel, version)
+            version = redis.call('HGET', key, base_field(channel, version))
+        end
+    end
+    return fields
+end
+
+local function delete_fields(fields)
+    for i = 1, #fields, 512 do
+        redis.call('HDEL', key, unpack(fields, i, math.min(i + 511, #fields)))
+    end
+end
+
+local function drop_namespace()
+    local fields = namespace_fields()
+    if fields then delete_fields(fields) else redis.call('DEL', key) end
+end
+
 local function store_rows(first)
     for i = first, #ARGV, 4 do
         local channel, version, base, row = ARGV[i], ARGV[i + 1], ARGV[i + 2], ARGV[i + 3]
@@ -116,43 +161,49 @@ local function store_rows(first)
     end
 end
 
--- Drop the rows the new head no longer reaches: for each channel whose
--- version changed (or that went), its old chain down to where it meets the
--- new one. An append onto the old version meets it at once and drops nothing,
--- so a step's cost here follows what it changed, not the size of the hash.
-local function drop_replaced(old, versions)
+-- The rows the new head no longer reaches: for each channel whose version
+-- changed (or that went), its old chain down to where it meets the new one.
+-- An append onto the old version meets it at once and drops nothing, so a
+-- step's cost here follows what it changed, not the size of the hash. `given`
+-- holds the put's own rows (channel -> {version, base}), not stored yet.
+local function replaced_fields(old, versions, given)
+    local doomed = {}
     local new = {}
     for i = 1, #versions, 2 do new[versions[i]] = versions[i + 1] end
     for channel, old_version in pairs(old) do
         local version = new[channel]
         if version ~= old_version then
+            local function base_of(v)
+                local row = given[channel]
+                if row and row[1] == v then return row[2] ~= '' and row[2] or nil end
+                return redis.call('HGET', key, base_field(channel, v))
+            end
             local reached = {}
-            if version and redis.call('HGET', key, base_field(channel, version)) == old_version then
+            if version and base_of(version) == old_version then
                 reached[old_version] = true
             else
-                while version do
+                while version and not reached[version] do
                     reached[version] = true
-                    version = redis.call('HGET', key, base_field(channel, version))
+                    version = base_of(version)
                 end
             end
-            local doomed = old_version
-            while doomed and not reached[doomed] do
-                local base = redis.call('HGET', key, base_field(channel, doomed))
-                redis.call('HDEL', key, row_field(channel, doomed), base_field(channel, doomed))
-                doomed = base
+            local gone, seen = old_version, {}
+            while gone and not reached[gone] and not seen[gone] do
+                seen[gone] = true
+                doomed[#doomed + 1] = row_field(channel, gone)
+                doomed[#doomed + 1] = base_field(channel, gone)
+                gone = redis.call('HGET', key, base_field(channel, gone))
             end
         end
     end
+    return doomed
 end
 
--- The start of a write's script: bump the counter (a refill noted before
--- now will fail) and give the head's checkpoint id, or nil when there is no
--- head to keep current (a hash is only ever created by a reader).
-local function begin_write()
-    if redis.call('EXISTS', key) == 0 then return nil end
+-- A write's first move, made once its reads are done: bump the counter (a
+-- refill noted before now will fail) and extend the hash's life.
+local function bump()
     redis.call('HINCRBY', key, 'seq', 1)
     redis.call('PEXPIRE', key, ttl)
-    return redis.call('HGET', key, P .. 'id')
 end
 
 -- Writes Postgres holds that the head has not received yet; none: complete.
@@ -173,9 +224,10 @@ end
 
 # ARGV: ttl, ns, checkpoint id wanted ("" = the latest), then channel, version
 # pairs the caller already holds decoded (their rows are not sent).
-# Reply: {seq} on a miss; {seq, 0} when the head is not the checkpoint wanted;
-# {seq, head, cv, writes, rows} on a hit, writes as a list of packed writes,
-# rows as channel, version, base, row.
+# Reply: {seq} on a miss; {seq, 0} when the head is not the checkpoint wanted
+# (or was corrupt and is gone: not to be refilled now); {seq, head, cv, writes,
+# rows} on a hit, writes as a list of packed writes, rows as channel, version,
+# base, row. A read never extends the hash's life.
 READ = (
     _COMMON
     + r"""
@@ -200,19 +252,18 @@ if ARGV[3] ~= '' and ARGV[3] ~= id then return {seq, 0} end
 local head = redis.call('HGET', key, P .. 'h')
 if id == '' then return {seq, head, '', {}, {}} end
 local cv = redis.call('HGET', key, P .. 'cv')
+local versions, cv_ok = unpacked(P .. 'cv')
+local writes_map, writes_ok = unpacked(P .. 'w')
 local skip = {}
 for i = 4, #ARGV, 2 do skip[ARGV[i]] = ARGV[i + 1] end
-local rows = chains(cmsgpack.unpack(cv), skip)
+local rows = versions and writes_ok and chains(versions, skip)
 if not rows then
-    drop_namespace()
-    return {seq}
+    redis.call('DEL', key)  -- corrupt: nothing in it can be trusted
+    return {seq, 0}
 end
 -- Flattened here: what cmsgpack packs in Lua, Python would read as UTF-8 text.
 local writes = {}
-local packed = redis.call('HGET', key, P .. 'w')
-if packed and packed ~= '' then
-    for _, write in pairs(cmsgpack.unpack(packed)) do writes[#writes + 1] = write end
-end
+for _, write in pairs(writes_map or {}) do writes[#writes + 1] = write end
 return {seq, head, cv, writes, rows}
 """
 )
@@ -248,18 +299,24 @@ return 1
 ADVANCE = (
     _COMMON
     + r"""
-local current = begin_write()
-if not current then return 0 end
+-- A hash is only ever created by a reader: with none, there is no head to keep.
+if redis.call('EXISTS', key) == 0 then return 0 end
+local current = redis.call('HGET', key, P .. 'id')
 local id = ARGV[3]
-if id < current then return 0 end  -- a slower worker: the head is already newer
-if id == current then
-    -- The same checkpoint put again: Postgres kept its first parent; do not guess.
-    drop_namespace()
+local function drop()
+    local fields = namespace_fields()
+    bump()
+    if fields then delete_fields(fields) else redis.call('DEL', key) end
     return -1
 end
+if not current then bump() return 0 end
+if id < current then bump() return 0 end  -- a slower worker: the head is already newer
+-- The same checkpoint put again: Postgres kept its first parent; do not guess.
+if id == current then return drop() end
 local old = {}
-local old_cv = current ~= '' and cmsgpack.unpack(redis.call('HGET', key, P .. 'cv')) or {}
-for i = 1, #old_cv, 2 do old[old_cv[i]] = old_cv[i + 1] end
+local old_cv, cv_ok = unpacked(P .. 'cv')
+if current ~= '' and not old_cv then return drop() end
+for i = 1, #(old_cv or {}), 2 do old[old_cv[i]] = old_cv[i + 1] end
 local given = {}
 for i = 7, #ARGV, 4 do given[ARGV[i]] = {ARGV[i + 1], ARGV[i + 2]} end
 local versions = cmsgpack.unpack(ARGV[5])
@@ -270,33 +327,32 @@ for i = 1, #versions, 2 do
         -- A delta row needs its whole chain here. Onto the head's own version
         -- (an append) it has it: the hash holds the head's chains whole.
         local base = row[2] == old[channel] and '' or row[2]
+        local seen = {}
         while base ~= '' do
-            if redis.call('HEXISTS', key, row_field(channel, base)) == 0 then
-                drop_namespace()
-                return -1
+            if seen[base] or redis.call('HEXISTS', key, row_field(channel, base)) == 0 then
+                return drop()
             end
+            seen[base] = true
             base = redis.call('HGET', key, base_field(channel, base)) or ''
         end
     elseif old[channel] ~= version then
         -- A version neither this put nor the head holds (a fork from an older
         -- checkpoint): only Postgres knows it.
-        drop_namespace()
-        return -1
+        return drop()
     end
 end
 -- Writes that reached Postgres before this put should all be in the stash.
 -- The stashes of later checkpoints stay for their own puts.
+local stash, stash_ok = unpacked(P .. 'n')
+if not stash_ok then return drop() end
 local writes = {}
-local stash = redis.call('HGET', key, P .. 'n')
 local later = {}
 local any_later = false
-if stash then
-    for checkpoint, stashed in pairs(cmsgpack.unpack(stash)) do
-        if checkpoint == id then writes = stashed end
-        if checkpoint > id then
-            later[checkpoint] = stashed
-            any_later = true
-        end
+for checkpoint, stashed in pairs(stash or {}) do
+    if checkpoint == id then writes = stashed end
+    if checkpoint > id then
+        later[checkpoint] = stashed
+        any_later = true
     end
 end
 -- Those whose own script has not run yet are awaited: until they arrive the
@@ -305,6 +361,9 @@ local awaited = {}
 for _, slot in ipairs(cmsgpack.unpack(ARGV[6])) do
     if not writes[slot] then awaited[#awaited + 1] = slot end
 end
+local doomed = replaced_fields(old, versions, given)
+-- Every read is done: now the writes.
+bump()
 store_rows(7)
 if any_later then
     redis.call('HSET', key, P .. 'n', cmsgpack.pack(later))
@@ -314,19 +373,20 @@ end
 redis.call('HSET', key, P .. 'id', id, P .. 'h', ARGV[4], P .. 'cv', ARGV[5],
            P .. 'w', cmsgpack.pack(writes))
 await_slots(awaited)
-drop_replaced(old, versions)
+delete_fields(doomed)
 return 1
 """
 )
 
 # After put_writes committed. ARGV: ttl, ns, checkpoint id, then slot, write,
 # replace (1 for special channels, whose last write wins) per write.
-# Reply: 1 merged into the head, 2 stashed for a coming put, 0 not the head.
+# Reply: 1 merged into the head, 2 stashed for a coming put, 0 not the head,
+# -1 dropped (the head's writes did not decode).
 ADD_WRITES = (
     _COMMON
     + r"""
-local current = begin_write()
-if not current then return 0 end
+if redis.call('EXISTS', key) == 0 then return 0 end
+local current = redis.call('HGET', key, P .. 'id')
 local id = ARGV[3]
 local function merge(writes)
     for i = 4, #ARGV, 3 do
@@ -334,24 +394,37 @@ local function merge(writes)
     end
     return writes
 end
+if not current or id < current then
+    bump()
+    return 0
+end
 if id == current then
-    local packed = redis.call('HGET', key, P .. 'w')
-    local writes = (packed and packed ~= '') and cmsgpack.unpack(packed) or {}
-    redis.call('HSET', key, P .. 'w', cmsgpack.pack(merge(writes)))
-    local awaited = redis.call('HGET', key, P .. 'x')
+    local writes, writes_ok = unpacked(P .. 'w')
+    local awaited, awaited_ok = unpacked(P .. 'x')
+    if not (writes_ok and awaited_ok) then
+        redis.call('DEL', key)
+        return -1
+    end
+    writes = merge(writes or {})
+    bump()
+    redis.call('HSET', key, P .. 'w', cmsgpack.pack(writes))
     if awaited then
         local still = {}
-        for _, slot in ipairs(cmsgpack.unpack(awaited)) do
+        for _, slot in ipairs(awaited) do
             if not writes[slot] then still[#still + 1] = slot end
         end
         await_slots(still)
     end
     return 1
 end
-if id < current then return 0 end
-local stash = redis.call('HGET', key, P .. 'n')
-stash = stash and cmsgpack.unpack(stash) or {}
+local stash, stash_ok = unpacked(P .. 'n')
+if not stash_ok then
+    redis.call('DEL', key)
+    return -1
+end
+stash = stash or {}
 stash[id] = merge(stash[id] or {})
+bump()
 redis.call('HSET', key, P .. 'n', cmsgpack.pack(stash))
 return 2
 """
@@ -376,19 +449,18 @@ def unpack(data: bytes) -> Any:
     return ormsgpack.unpackb(data)
 
 
-def pack_value(encoding: str, json: str | None, data: bytes | None, type_: str | None) -> bytes:
-    """A value row's payload (its base travels beside it, for Lua to follow)."""
-    return pack([encoding, json, data, type_])
-
-
-def pack_write(*columns: Any) -> bytes:
-    """A pending write, as GET_TUPLE's write columns: task_id, idx, task_path,
-    channel, encoding, json, data, type."""
-    return pack(list(columns))
-
-
 def flat_versions(channel_versions: Mapping[str, Any]) -> bytes:
     return pack([item for ch, v in channel_versions.items() for item in (ch, str(v))])
+
+
+class CorruptHeadError(Exception):
+    """A head in Redis that does not decode, or is not what it claims to be.
+
+    Never escapes the store: the head is dropped and Postgres answers.
+    """
+
+
+MAC_BYTES = 16
 
 
 class Head(NamedTuple):
@@ -399,17 +471,101 @@ class Head(NamedTuple):
 
 
 class HotHead:
-    """Builds the cache calls for one store and reads their replies."""
+    """Builds the cache calls for one store and reads their replies.
+
+    Bound to one database incarnation (see `bind`): its keys carry a tag of
+    the incarnation, so two databases, or a database and its restored or
+    recreated successor, never share a key; and every payload it stores is
+    sealed with a MAC keyed by the incarnation and bound to where it belongs
+    (thread, namespace, checkpoint or channel version), so a field changed in
+    Redis, or copied from elsewhere, is detected when it is read.
+    """
 
     def __init__(self, ttl: timedelta = DEFAULT_HOT_TTL, prefix: str = KEY_PREFIX) -> None:
         if ttl.total_seconds() < 0.001:
             raise ValueError(f"hot_ttl must be at least a millisecond, got {ttl}")
         self.ttl_ms = int(ttl.total_seconds() * 1000)
         self.prefix = prefix
+        self.incarnation: str | None = None
+        self._tag = ""
+        self._secret = b""
+
+    def bind(self, incarnation: str) -> bool:
+        """Use the heads of this database incarnation; whether it changed."""
+        if incarnation == self.incarnation:
+            return False
+        secret = incarnation.encode()
+        self._tag = hashlib.blake2b(secret, digest_size=8, person=b"colosseum-key").hexdigest()
+        self._secret = hashlib.blake2b(secret, digest_size=32, person=b"colosseum-mac").digest()
+        self.incarnation = incarnation
+        return True
 
     def thread_key(self, thread_id: str) -> str:
         """The one Redis key of a thread, hash-tagged so Cluster keeps it in one slot."""
-        return f"{self.prefix}{{{thread_id}}}"
+        assert self.incarnation is not None, "bind() the database incarnation first"
+        return f"{self.prefix}{self._tag}:{{{thread_id}}}"
+
+    def key_pattern(self) -> str:
+        """A SCAN pattern matching every key of this incarnation (and nothing else)."""
+        assert self.incarnation is not None, "bind() the database incarnation first"
+        escaped = "".join("\\" + c if c in "*?[]\\" else c for c in self.prefix)
+        return f"{escaped}{self._tag}:{{*}}"
+
+    # Sealing: MAC || payload, the MAC over the places the payload claims.
+
+    def _mac(self, payload: bytes, *place: str | None) -> bytes:
+        mac = hashlib.blake2b(key=self._secret, digest_size=MAC_BYTES)
+        for part in place:
+            data = b"\xff" if part is None else part.encode()
+            mac.update(len(data).to_bytes(4, "big"))
+            mac.update(data)
+        mac.update(payload)
+        return mac.digest()
+
+    def _seal(self, payload: bytes, *place: str | None) -> bytes:
+        return self._mac(payload, *place) + payload
+
+    def _open(self, sealed: bytes, *place: str | None) -> Any:
+        payload = sealed[MAC_BYTES:]
+        if not hmac.compare_digest(sealed[:MAC_BYTES], self._mac(payload, *place)):
+            raise CorruptHeadError(f"the MAC of {place[2:] or 'the head'} does not match")
+        return unpack(payload)
+
+    def pack_value(
+        self,
+        thread_id: str,
+        checkpoint_ns: str,
+        channel: str,
+        version: str,
+        base: str | None,
+        encoding: str,
+        json: str | None,
+        data: bytes | None,
+        type_: str | None,
+    ) -> bytes:
+        """A value row's payload (its base travels beside it, for Lua to follow)."""
+        packed = pack([encoding, json, data, type_])
+        return self._seal(packed, thread_id, checkpoint_ns, "r", channel, version, base or "")
+
+    def pack_write(
+        self, thread_id: str, checkpoint_ns: str, checkpoint_id: str, *columns: Any
+    ) -> bytes:
+        """A pending write, as GET_TUPLE's write columns: task_id, idx, task_path,
+        channel, encoding, json, data, type."""
+        return self._seal(pack(list(columns)), thread_id, checkpoint_ns, "w", checkpoint_id)
+
+    def _head(
+        self,
+        thread_id: str,
+        checkpoint_ns: str,
+        checkpoint_id: str,
+        parent_id: str | None,
+        document: str,
+        metadata: str,
+    ) -> bytes:
+        """The head's checkpoint row, as GET_TUPLE's first columns give it."""
+        packed = pack([checkpoint_id, parent_id, document, metadata])
+        return self._seal(packed, thread_id, checkpoint_ns, "h")
 
     def read(
         self, thread_id: str, checkpoint_ns: str, checkpoint_id: str, known: Mapping[str, str]
@@ -428,14 +584,17 @@ class HotHead:
         value_rows: Sequence[ValueRow],
     ) -> CacheCall:
         """Put back what Postgres returned for the latest checkpoint (None: there is none)."""
-        if row is None:
-            args = [self.ttl_ms, checkpoint_ns, seq, "", b"", b"", b""]
+        if row is None:  # sealed too: an emptied head must not pass for "no checkpoint"
+            nothing = self._seal(pack([None] * 4), thread_id, checkpoint_ns, "h")
+            args = [self.ttl_ms, checkpoint_ns, seq, "", nothing, b"", b""]
             return CacheCall("refill", self.thread_key(thread_id), tuple(args))
         checkpoint_id, parent_id, document, metadata = row[2:6]
         write_columns = row[6:14]
         task_ids, idxs = write_columns[:2]
         writes = {
-            write_field(task_ids[i], idxs[i]): pack_write(*(column[i] for column in write_columns))
+            write_field(task_ids[i], idxs[i]): self.pack_write(
+                thread_id, checkpoint_ns, checkpoint_id, *(column[i] for column in write_columns)
+            )
             for i in range(len(task_ids or ()))
         }
         rows = (
@@ -451,9 +610,9 @@ class HotHead:
         )
         args = [
             self.ttl_ms, checkpoint_ns, seq, checkpoint_id,
-            _head(checkpoint_id, parent_id, document, metadata),
+            self._head(thread_id, checkpoint_ns, checkpoint_id, parent_id, document, metadata),
             flat_versions(_document_versions(document)), _lua_string_map(writes),
-            *_row_args(rows),
+            *self._row_args(thread_id, checkpoint_ns, rows),
         ]  # fmt: skip
         return CacheCall("refill", self.thread_key(thread_id), tuple(args))
 
@@ -471,9 +630,12 @@ class HotHead:
     ) -> CacheCall:
         args = [
             self.ttl_ms, checkpoint_ns, checkpoint_id,
-            _head(checkpoint_id, parent_id, document, metadata),
+            self._head(thread_id, checkpoint_ns, checkpoint_id, parent_id, document, metadata),
             flat_versions(channel_versions), pack(list(writes_before)),
-            *_row_args((ch, v, stored.base_version, *stored[:4]) for ch, v, stored in rows),
+            *self._row_args(
+                thread_id, checkpoint_ns,
+                ((ch, v, stored.base_version, *stored[:4]) for ch, v, stored in rows),
+            ),
         ]  # fmt: skip
         return CacheCall("advance", self.thread_key(thread_id), tuple(args))
 
@@ -492,28 +654,74 @@ class HotHead:
     def drop(self, thread_ids: Sequence[str]) -> CacheDrop:
         return CacheDrop(tuple(self.thread_key(t) for t in thread_ids))
 
-    @staticmethod
     def parse_read(
-        thread_id: str, checkpoint_ns: str, reply: list
+        self, thread_id: str, checkpoint_ns: str, reply: list
     ) -> tuple[bytes, Head | None, bool]:
-        """(seq, head or None, whether a miss may be refilled) from a READ reply."""
+        """(seq, head or None, whether a miss may be refilled) from a READ reply.
+
+        Raises CorruptHeadError for a head that does not decode or whose
+        parts are not what they claim to be.
+        """
         seq = reply[0]
         if len(reply) == 1:
             return seq, None, True
         if len(reply) == 2:
             return seq, None, False  # a checkpoint other than the head was asked for
-        _, head, _, writes, rows = reply
-        checkpoint_id, parent_id, document, metadata = unpack(head) if head else (None,) * 4
-        if checkpoint_id is None:
-            return seq, Head((), []), False  # the namespace has no checkpoint
-        write_columns = [list(column) for column in zip(*(unpack(w) for w in writes))] or [[]] * 8
-        row = (thread_id, checkpoint_ns, checkpoint_id, parent_id, document, metadata,
-               *write_columns)  # fmt: skip
-        value_rows = [
-            _unpack_value_row(thread_id, checkpoint_ns, *rows[i : i + 4])
-            for i in range(0, len(rows), 4)
-        ]
+        try:
+            _, head, cv, writes, rows = reply
+            if not head:
+                raise CorruptHeadError("the head has no checkpoint row")
+            checkpoint_id, parent_id, document, metadata = self._open(
+                head, thread_id, checkpoint_ns, "h"
+            )
+            if checkpoint_id is None:
+                return seq, Head((), []), False  # the namespace has no checkpoint
+            if unpack(cv) != unpack(flat_versions(_document_versions(document))):
+                raise CorruptHeadError("its channel versions are not its checkpoint's")
+            opened = [self._open(w, thread_id, checkpoint_ns, "w", checkpoint_id) for w in writes]
+            write_columns = [list(column) for column in zip(*opened)] or [[]] * 8
+            row = (thread_id, checkpoint_ns, checkpoint_id, parent_id, document, metadata,
+                   *write_columns)  # fmt: skip
+            value_rows = [
+                self._value_row(thread_id, checkpoint_ns, *rows[i : i + 4])
+                for i in range(0, len(rows), 4)
+            ]
+        except CorruptHeadError:
+            raise
+        except Exception as exc:  # whatever a damaged field makes the decoders raise
+            raise CorruptHeadError(f"it does not decode ({exc!r})") from exc
         return seq, Head(row, value_rows), False
+
+    def _value_row(
+        self,
+        thread_id: str,
+        checkpoint_ns: str,
+        channel: bytes,
+        version: bytes,
+        base: bytes,
+        sealed: bytes,
+    ) -> ValueRow:
+        channel_, version_, base_ = channel.decode(), version.decode(), base.decode()
+        encoding, json, data, type_ = self._open(
+            sealed, thread_id, checkpoint_ns, "r", channel_, version_, base_
+        )
+        return ValueRow(
+            (thread_id, checkpoint_ns, channel_, version_),
+            base_ or None,
+            encoding,
+            orjson.loads(json) if json is not None else None,
+            data,
+            type_,
+        )
+
+    def _row_args(self, thread_id: str, checkpoint_ns: str, rows: Iterable[tuple]) -> list[Any]:
+        """Script arguments for value rows given as (channel, version, base, encoding,
+        json, data, type): channel, version, base ("" for a full row), payload."""
+        args: list[Any] = []
+        for channel, version, base, *payload in rows:
+            sealed = self.pack_value(thread_id, checkpoint_ns, channel, version, base, *payload)
+            args += (channel, version, base or "", sealed)
+        return args
 
 
 def _lua_string_map(items: Mapping[str, bytes]) -> bytes:
@@ -542,37 +750,9 @@ def _msgpack_header(n: int, fix: int, fix_limit: int, first16: int, str8: bool =
     return bytes([first16 + 1]) + n.to_bytes(4, "big")
 
 
-def _head(checkpoint_id: str, parent_id: str | None, document: str, metadata: str) -> bytes:
-    """The head's checkpoint row, as GET_TUPLE's first columns give it."""
-    return pack([checkpoint_id, parent_id, document, metadata])
-
-
-def _row_args(rows: Iterable[tuple]) -> list[Any]:
-    """Script arguments for value rows given as (channel, version, base, encoding,
-    json, data, type): channel, version, base ("" for a full row), payload."""
-    args: list[Any] = []
-    for channel, version, base, *payload in rows:
-        args += (channel, version, base or "", pack_value(*payload))
-    return args
-
-
 def _json_text(parsed: Any) -> str | None:
     return orjson.dumps(parsed).decode() if parsed is not None else None
 
 
 def _document_versions(document: str) -> dict[str, Any]:
     return orjson.loads(document).get("channel_versions", {})
-
-
-def _unpack_value_row(
-    thread_id: str, checkpoint_ns: str, channel: bytes, version: bytes, base: bytes, packed: bytes
-) -> ValueRow:
-    encoding, json, data, type_ = unpack(packed)
-    return ValueRow(
-        (thread_id, checkpoint_ns, channel.decode(), version.decode()),
-        base.decode() or None,
-        encoding,
-        orjson.loads(json) if json is not None else None,
-        data,
-        type_,
-    )

@@ -75,7 +75,8 @@ class CacheCall(NamedTuple):
 
 
 class CacheDrop(NamedTuple):
-    """Delete these Redis keys; the result is None whatever Redis did."""
+    """Delete these Redis keys; the result is None, or `CACHE_UNAVAILABLE` when
+    Redis could not be used (the keys may still be there)."""
 
     keys: tuple[str, ...]
 

@@ -145,6 +145,27 @@ MIGRATIONS: list[str] = [
     CREATE INDEX IF NOT EXISTS colosseum_threads_expires
         ON colosseum_threads (expires_at) WHERE expires_at IS NOT NULL;
     """,
+    # 4: what keeps the Redis hot heads true to this database (see _core/hot.py).
+    # The incarnation token: made by setup() (or by the first saver that finds
+    # none), UNLOGGED so that crash recovery, point-in-time recovery and replica
+    # promotion empty it and a new one is made. Together with the database oid
+    # and this table's own oid (a restore recreates both), it names the
+    # database incarnation whose heads a saver may use. One row; no thread_id:
+    # on Citus it is a reference table.
+    # Stale heads: heads a write could not update or drop because Redis refused
+    # it, recorded for any worker to drop (its next write applies them).
+    """
+    CREATE UNLOGGED TABLE IF NOT EXISTS colosseum_incarnation (
+        singleton boolean PRIMARY KEY DEFAULT true CHECK (singleton),
+        token     text NOT NULL
+    );
+    CREATE TABLE IF NOT EXISTS colosseum_stale_heads (
+        thread_id   text COLLATE "C" NOT NULL,
+        head_key    text COLLATE "C" NOT NULL,
+        recorded_at timestamptz NOT NULL DEFAULT clock_timestamp(),
+        PRIMARY KEY (thread_id, head_key)
+    );
+    """,
 ]
 
 LATEST_VERSION = len(MIGRATIONS)

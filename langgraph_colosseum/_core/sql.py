@@ -172,11 +172,29 @@ CROSS JOIN LATERAL (
 ) AS v
 """
 
+# The database incarnation a Redis head must belong to (see hot.py): the
+# token, the database's oid and the token table's oid. A restore into another
+# database changes the first oid, one into this database (which recreates
+# the table) the second, and recovery that empties UNLOGGED tables the token.
+# NULL when the token is gone: the caller makes one (ENSURE_INCARNATION).
+INCARNATION = """
+(SELECT i.token || '.' || d.oid || '.' || 'colosseum_incarnation'::regclass::oid
+ FROM colosseum_incarnation i, pg_database d WHERE d.datname = current_database())
+"""
+
+# Stale heads waiting to be dropped, as (thread_id, head_key, recorded_at):
+# the writes that piggy-back them return a few each time.
+STALE_HEADS = """
+ARRAY(SELECT ARRAY[s.thread_id, s.head_key, s.recorded_at::text]
+      FROM colosseum_stale_heads s LIMIT 64)
+"""
+
 # The checkpoint row and its changed values in one statement. A delta row
 # needs its base: the base rows are locked (FOR KEY SHARE, so a concurrent
 # prune skips them) and if any is gone (pruned after this process cached it),
 # nothing is written and `missing_bases` tells the caller to retry full.
-PUT = compact("""
+PUT = compact(
+    """
 WITH input AS (
     SELECT * FROM unnest(%(channels)b::text[], %(versions)b::text[], %(encodings)b::text[],
                          %(jsons)b::text[], %(datas)b::bytea[], %(types)b::text[],
@@ -264,13 +282,16 @@ SELECT ARRAY(SELECT channel FROM missing) AS missing_bases,
        -- the background): the hot head may only advance if it holds them all.
        ARRAY(SELECT w.idx || ':' || w.task_id FROM colosseum_writes w
              WHERE w.thread_id = %(thread_id)s AND w.checkpoint_ns = %(checkpoint_ns)s
-               AND w.checkpoint_id = %(checkpoint_id)s) AS writes_before
-""")
+               AND w.checkpoint_id = %(checkpoint_id)s) AS writes_before,
+       -- For the hot head (hot.py): the database incarnation, and heads to drop.
+"""
+    + f"{INCARNATION} AS incarnation, {STALE_HEADS} AS stale_heads"
+)
 
 # Regular writes are insert-if-absent (a retried task must not change what
 # was recorded); special channels (negative idx: errors, interrupts, resumes)
 # replace, as InMemorySaver does.
-PUT_WRITES = """
+PUT_WRITES = f"""
 WITH fenced AS (
     SELECT 1 FROM colosseum_threads
     WHERE thread_id = %(thread_id)s AND run_owner IS NOT NULL AND run_lease_until > now()
@@ -303,7 +324,7 @@ DO UPDATE SET channel = EXCLUDED.channel, task_path = EXCLUDED.task_path,
               value_bytes = EXCLUDED.value_bytes, value_type = EXCLUDED.value_type
 WHERE EXCLUDED.idx < 0
 )
-SELECT EXISTS (SELECT 1 FROM fenced)
+SELECT EXISTS (SELECT 1 FROM fenced), {INCARNATION} AS incarnation, {STALE_HEADS} AS stale_heads
 """
 
 _THREAD_TABLES = (
@@ -630,3 +651,36 @@ CROSS JOIN LATERAL (
     OFFSET 0
 ) AS h
 """)
+
+# ---------------------------------------------------------------- the hot head's truth
+
+# The incarnation, making the token when there is none. NULL only when a
+# concurrent caller made it first (this statement's snapshot does not see it
+# yet): the caller asks again.
+ENSURE_INCARNATION = """
+WITH made AS (
+    INSERT INTO colosseum_incarnation (token) VALUES (gen_random_uuid()::text)
+    ON CONFLICT DO NOTHING
+    RETURNING token
+)
+SELECT coalesce((SELECT token FROM made), (SELECT token FROM colosseum_incarnation))
+       || '.' || oid || '.' || 'colosseum_incarnation'::regclass::oid
+FROM pg_database WHERE datname = current_database()
+"""
+
+LIST_STALE_HEADS = f"SELECT {STALE_HEADS}"
+
+RECORD_STALE_HEADS = """
+INSERT INTO colosseum_stale_heads AS s (thread_id, head_key)
+SELECT * FROM unnest(%(thread_ids)b::text[], %(head_keys)b::text[])
+ON CONFLICT (thread_id, head_key) DO UPDATE SET recorded_at = clock_timestamp()
+"""
+
+# Only the recordings that were dropped: one recorded again meanwhile stays.
+FORGET_STALE_HEADS = """
+DELETE FROM colosseum_stale_heads s
+USING unnest(%(thread_ids)b::text[], %(head_keys)b::text[], %(recorded)b::text[])
+      AS u(thread_id, head_key, recorded_at)
+WHERE s.thread_id = u.thread_id AND s.head_key = u.head_key
+  AND s.recorded_at = u.recorded_at::timestamptz
+"""

@@ -7,6 +7,7 @@ psycopg (see `io.py`). Nothing here opens a socket.
 from __future__ import annotations
 
 import copy
+import logging
 import math
 import random
 from collections.abc import Mapping, Sequence
@@ -34,8 +35,16 @@ from langgraph_colosseum._core import schema, shapes, sql
 from langgraph_colosseum._core.bases import DEFAULT_MAX_BYTES, BaseCache, ChannelKey
 from langgraph_colosseum._core.codec import is_object_key
 from langgraph_colosseum._core.guard import RUN_OWNER
-from langgraph_colosseum._core.hot import HotHead, pack_write, write_field
-from langgraph_colosseum._core.io import CACHE_UNAVAILABLE, Emit, Operation, Query, Transaction
+from langgraph_colosseum._core.hot import CorruptHeadError, HotHead, write_field
+from langgraph_colosseum._core.io import (
+    CACHE_UNAVAILABLE,
+    CacheCall,
+    CacheDrop,
+    Emit,
+    Operation,
+    Query,
+    Transaction,
+)
 from langgraph_colosseum._core.threads import UnreadableRows
 from langgraph_colosseum._core.values import (
     DELTA_ENCODINGS,
@@ -57,6 +66,7 @@ from langgraph_colosseum._core.values import (
 )
 from langgraph_colosseum.errors import (
     CodecError,
+    CorruptRowError,
     InvalidConfigError,
     SchemaVersionError,
     ThreadBusyError,
@@ -65,6 +75,8 @@ from langgraph_colosseum.errors import (
 )
 
 DEFAULT_PAGE_SIZE = 100
+
+logger = logging.getLogger("langgraph_colosseum")
 
 
 def thread_of(config: RunnableConfig) -> tuple[str, str]:
@@ -76,7 +88,23 @@ def thread_of(config: RunnableConfig) -> tuple[str, str]:
             "the config has no configurable.thread_id; pass "
             '{"configurable": {"thread_id": ...}} to identify the thread'
         )
-    return str(thread_id), configurable.get("checkpoint_ns") or ""
+    thread_id, checkpoint_ns = str(thread_id), configurable.get("checkpoint_ns") or ""
+    _check_text(thread_id, "thread_id", thread_id)
+    _check_text(thread_id, "checkpoint_ns", checkpoint_ns)
+    return thread_id, checkpoint_ns
+
+
+def _check_text(thread_id: str, name: str, value: str) -> None:
+    """Refuse text that neither Postgres nor Redis can carry (a lone surrogate,
+    as in '\\udcff', has no UTF-8 form) before any I/O: it is this request's
+    fault, and must not count as a failure of Redis or Postgres."""
+    try:
+        value.encode()
+    except UnicodeEncodeError as exc:
+        raise InvalidConfigError(
+            f"configurable.{name} {value!r} (thread {thread_id!r}) is not valid Unicode "
+            f"text ({exc.reason} at position {exc.start}); use ids that encode as UTF-8"
+        ) from None
 
 
 def checkpoint_config(thread_id: str, checkpoint_ns: str, checkpoint_id: str) -> RunnableConfig:
@@ -162,6 +190,11 @@ class CheckpointStore:
         version = int(results[-1][0][0])
         if version > schema.LATEST_VERSION:
             raise SchemaVersionError(database_version=version, code_version=schema.LATEST_VERSION)
+        # The incarnation token the Redis heads are bound to: made here once.
+        if self.hot is not None:
+            yield from self._learn_incarnation(None)
+        else:
+            yield Query(sql.ENSURE_INCARNATION)
         return version
 
     # ------------------------------------------------------------ reads
@@ -169,9 +202,13 @@ class CheckpointStore:
     def get_tuple(self, config: RunnableConfig) -> Operation[CheckpointTuple | None]:
         thread_id, checkpoint_ns = thread_of(config)
         checkpoint_id = get_checkpoint_id(config)
+        if checkpoint_id:
+            _check_text(thread_id, "checkpoint_id", checkpoint_id)
+        seq = None  # set when the hot head missed and may be refilled from Postgres
+        if self.hot is not None and self.hot.incarnation is None:
+            yield from self._learn_incarnation(None)
         # Values this process holds decoded (its bases) are copied, not fetched.
         bases = self.bases.of_namespace(thread_id, checkpoint_ns)
-        seq = None  # set when the hot head missed and may be refilled from Postgres
         if self.hot is not None:
             hit, found, seq = yield from self._hot_read(
                 thread_id, checkpoint_ns, checkpoint_id, bases
@@ -229,15 +266,27 @@ class CheckpointStore:
         reply = yield self.hot.read(thread_id, checkpoint_ns, checkpoint_id or "", known)
         if reply is CACHE_UNAVAILABLE:
             return False, None, None
-        seq, head, refillable = HotHead.parse_read(thread_id, checkpoint_ns, reply)
-        if head is None:
-            return False, None, seq if refillable else None
-        if not head.row:
-            return True, None, None  # the namespace has no checkpoint
-        document = self._load_document(head.row)
-        values = self._materializer(thread_id, checkpoint_ns, document, bases)
-        values.add(head.value_rows)
-        result = self._checkpoint_tuple(head.row, document, values)
+        try:
+            seq, head, refillable = self.hot.parse_read(thread_id, checkpoint_ns, reply)
+            if head is None:
+                return False, None, seq if refillable else None
+            if not head.row:
+                return True, None, None  # the namespace has no checkpoint
+            document = self._load_document(head.row)
+            values = self._materializer(thread_id, checkpoint_ns, document, bases)
+            values.add(head.value_rows)
+            result = self._checkpoint_tuple(head.row, document, values)
+        except (CorruptHeadError, CorruptRowError) as exc:
+            # Postgres is intact: a head that does not decode, or is not what
+            # it claims, is dropped (once: the next read refills it) and missed.
+            logger.warning(
+                "dropped the hot head of thread %r%s from Redis and read Postgres: %s",
+                thread_id,
+                f", namespace {checkpoint_ns!r}" if checkpoint_ns else "",
+                exc,
+            )
+            yield from self._drop_heads([thread_id])
+            return False, None, None
         self._remember_bases(thread_id, checkpoint_ns, document, values)
         return True, result, None
 
@@ -482,7 +531,7 @@ class CheckpointStore:
             "versions": [str(v) for v in new_versions.values()],
             **self._registry_params(config, checkpoint_ns, values, new_versions, planned),
         }
-        ((missing_bases, inserted, fenced, writes_before),) = yield Query(
+        ((missing_bases, inserted, fenced, writes_before, incarnation, stale),) = yield Query(
             sql.PUT, {**params, **_value_columns(planned)}, prepare=None
         )
         if fenced:
@@ -499,7 +548,7 @@ class CheckpointStore:
                 else (stored, base)
                 for (stored, base), (ch, v) in zip(planned, new_versions.items())
             ]
-            ((missing_bases, inserted, fenced, writes_before),) = yield Query(
+            ((missing_bases, inserted, fenced, writes_before, incarnation, stale),) = yield Query(
                 sql.PUT, {**params, **_value_columns(planned)}
             )
             if fenced:
@@ -512,7 +561,8 @@ class CheckpointStore:
             if base is not None and channel in written:
                 self.bases.put((thread_id, checkpoint_ns, channel), base)
         if self.hot is not None:
-            yield self.hot.advance(
+            yield from self._after_write(incarnation, stale)
+            yield from self._write_head(thread_id, self.hot.advance(
                 thread_id,
                 checkpoint_ns,
                 checkpoint_id,
@@ -525,7 +575,7 @@ class CheckpointStore:
                     (ch, str(v), stored)
                     for (ch, v), (stored, _) in zip(new_versions.items(), planned)
                 ],
-            )
+            ))  # fmt: skip
         return checkpoint_config(thread_id, checkpoint_ns, checkpoint_id)
 
     def _registry_params(
@@ -658,19 +708,31 @@ class CheckpointStore:
             "status": _status_of_writes(checkpoint_ns, [channel for channel, _ in writes]),
             **columns(stored),
         }
-        ((fenced,),) = yield Query(sql.PUT_WRITES, params, prepare=None)
+        ((fenced, incarnation, stale),) = yield Query(sql.PUT_WRITES, params, prepare=None)
         if fenced:
             raise ThreadBusyError(thread_id)
         if self.hot is not None:
+            yield from self._after_write(incarnation, stale)
             slots = [
                 (
                     write_field(task_id, idx),
-                    pack_write(task_id, idx, task_path, channel, *stored_value[:4]),
+                    self.hot.pack_write(
+                        thread_id,
+                        checkpoint_ns,
+                        checkpoint_id,
+                        task_id,
+                        idx,
+                        task_path,
+                        channel,
+                        *stored_value[:4],
+                    ),
                     idx < 0,  # special channels: the last write wins, as in Postgres
                 )
                 for (idx, (channel, _)), stored_value in zip(by_idx.items(), stored)
             ]
-            yield self.hot.add_writes(thread_id, checkpoint_ns, checkpoint_id, slots)
+            yield from self._write_head(
+                thread_id, self.hot.add_writes(thread_id, checkpoint_ns, checkpoint_id, slots)
+            )
 
     # ------------------------------------------------------------ maintenance
 
@@ -768,7 +830,101 @@ class CheckpointStore:
     def _drop_heads(self, thread_ids: Sequence[str]) -> Operation[None]:
         """After a commit that removed or replaced state: the heads go, whole."""
         if self.hot is not None:
-            yield self.hot.drop(thread_ids)
+            if self.hot.incarnation is None:
+                yield from self._learn_incarnation(None)
+            drop = self.hot.drop(thread_ids)
+            if (yield drop) is CACHE_UNAVAILABLE:
+                yield from self._record_stale(thread_ids, drop.keys)
+
+    # ------------------------------------------------------------ the hot head's truth
+    #
+    # Postgres is the truth; a head in Redis may be served only while it
+    # provably equals what Postgres holds. Two things can make it differ
+    # without any write reaching Redis, and both are handled here:
+    #
+    # * The database changed under the saver (another database on the same
+    #   Redis, a recreated or restored one). Keys carry the incarnation, which
+    #   the saver learns on its first request and which every write statement
+    #   returns: a change moves the saver to the new incarnation's keys.
+    # * A write committed but Redis refused to update or drop its head. The
+    #   head is recorded in colosseum_stale_heads, where every worker sees it;
+    #   each write statement returns a few, and the writer drops them (and
+    #   forgets the record) as soon as Redis takes commands again; a saver
+    #   does the same as it closes. Until then the head expires `hot_ttl`
+    #   after its last write: reads never extend it.
+
+    def _learn_incarnation(self, seen: str | None) -> Operation[None]:
+        """Use the heads of the incarnation a statement returned (None: the
+        token is gone, after a recovery that emptied UNLOGGED tables; make one)."""
+        assert self.hot is not None
+        while seen is None:
+            ((seen,),) = yield Query(sql.ENSURE_INCARNATION)
+        previous = self.hot.incarnation
+        if self.hot.bind(seen) and previous is not None:
+            logger.warning(
+                "the database behind this saver is another incarnation than before "
+                "(recreated or restored); Redis heads of the old one are no longer used"
+            )
+            self.forget_decoded()  # values decoded from the old database
+
+    def learn_incarnation(self) -> Operation[str | None]:
+        """Ask Postgres which incarnation it is (making its token if none); bind to it."""
+        if self.hot is None:
+            return None
+        yield from self._learn_incarnation(None)
+        return self.hot.incarnation
+
+    def _after_write(self, incarnation: str | None, stale: list[list[str]]) -> Operation[None]:
+        """What a write statement returned for the hot head: the incarnation, and
+        stale heads to drop before this write touches Redis."""
+        assert self.hot is not None
+        if incarnation is None or incarnation != self.hot.incarnation:
+            yield from self._learn_incarnation(incarnation)
+        if stale:
+            yield from self._drop_stale(stale)
+
+    def _write_head(self, thread_id: str, call: CacheCall) -> Operation[None]:
+        """Run a write's script; a head it could not update is recorded stale."""
+        if (yield call) is CACHE_UNAVAILABLE:
+            yield from self._record_stale([thread_id], (call.key,))
+
+    def _record_stale(self, thread_ids: Sequence[str], keys: Sequence[str]) -> Operation[None]:
+        yield Query(
+            sql.RECORD_STALE_HEADS,
+            {"thread_ids": list(thread_ids), "head_keys": list(keys)},
+            fetch=False,
+        )
+
+    def _drop_stale(self, stale: list[list[str]]) -> Operation[None]:
+        """Drop recorded stale heads; forget the records only once Redis did."""
+        if (yield CacheDrop(tuple(key for _, key, _ in stale))) is not CACHE_UNAVAILABLE:
+            yield from self._forget_stale(stale)
+
+    def _forget_stale(self, stale: list[list[str]]) -> Operation[None]:
+        thread_ids, keys, recorded = (list(column) for column in zip(*stale))
+        yield Query(
+            sql.FORGET_STALE_HEADS,
+            {"thread_ids": thread_ids, "head_keys": keys, "recorded": recorded},
+            fetch=False,
+        )
+
+    def drop_stale_heads(self) -> Operation[int]:
+        """Drop every recorded stale head Redis takes now; how many were recorded.
+
+        A saver runs this as it closes, so a short-lived process whose writes
+        Redis refused leaves nothing behind that Redis would take.
+        """
+        if self.hot is None:
+            return 0
+        count = 0
+        while True:
+            ((stale,),) = yield Query(sql.LIST_STALE_HEADS)
+            if not stale:
+                return count
+            if (yield CacheDrop(tuple(key for _, key, _ in stale))) is CACHE_UNAVAILABLE:
+                return count + len(stale)
+            yield from self._forget_stale(stale)
+            count += len(stale)
 
     def _compact(self, kept: list[tuple]) -> Operation[list[Query]]:
         """Statements rewriting the kept checkpoints' delta rows as full rows.

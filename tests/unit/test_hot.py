@@ -2,12 +2,13 @@
 
 from __future__ import annotations
 
+import fnmatch
 from datetime import timedelta
 
 import pytest
 
 from langgraph_colosseum._core import sql
-from langgraph_colosseum._core.hot import HotHead, pack, pack_value, pack_write, write_field
+from langgraph_colosseum._core.hot import CorruptHeadError, HotHead, flat_versions, write_field
 
 
 def test_a_write_slot_is_spelled_as_the_put_statement_spells_it() -> None:
@@ -16,33 +17,81 @@ def test_a_write_slot_is_spelled_as_the_put_statement_spells_it() -> None:
     assert "w.idx || ':' || w.task_id" in sql.PUT
 
 
-def test_keys_carry_the_thread_as_a_hash_tag() -> None:
+def bound(incarnation: str = "token.16384.16500") -> HotHead:
     hot = HotHead(timedelta(seconds=5), prefix="app:")
-    assert hot.thread_key("t1") == "app:{t1}"
+    hot.bind(incarnation)
+    return hot
+
+
+def test_keys_carry_the_incarnation_and_the_thread_as_a_hash_tag() -> None:
+    hot = bound()
+    key = hot.thread_key("t1")
+    assert key.startswith("app:") and key.endswith(":{t1}")
     assert hot.read("t1", "", "", {}).args[0] == 5000  # the TTL, in milliseconds
-    assert hot.drop(["a", "b"]).keys == ("app:{a}", "app:{b}")
+    assert hot.drop(["a", "b"]).keys == (hot.thread_key("a"), hot.thread_key("b"))
+    # Another incarnation (a recreated or restored database): other keys.
+    assert bound("token.16384.16999").thread_key("t1") != key
+    assert bound("other.16384.16500").thread_key("t1") != key
+    assert fnmatch.fnmatchcase(key, hot.key_pattern().replace("\\", ""))
     with pytest.raises(ValueError, match="hot_ttl"):
         HotHead(timedelta(0))
 
 
 def test_replies_other_than_a_hit() -> None:
-    assert HotHead.parse_read("t", "", [b"17"]) == (b"17", None, True)  # miss: refill
-    assert HotHead.parse_read("t", "", [b"17", 0]) == (b"17", None, False)  # not the head
-    _, head, refillable = HotHead.parse_read("t", "", [b"17", b"", b"", [], []])
+    hot = bound()
+    assert hot.parse_read("t", "", [b"17"]) == (b"17", None, True)  # miss: refill
+    assert hot.parse_read("t", "", [b"17", 0]) == (b"17", None, False)  # not the head
+    nothing = hot._head("t", "", None, None, None, None)  # type: ignore[arg-type]
+    _, head, refillable = hot.parse_read("t", "", [b"17", nothing, b"", [], []])
     assert head is not None and head.row == () and not refillable  # no checkpoint at all
+    with pytest.raises(CorruptHeadError):  # an emptied head is not "no checkpoint"
+        hot.parse_read("t", "", [b"17", b"", b"", [], []])
+
+
+def hit(hot: HotHead, thread_id: str = "t") -> list:
+    document = '{"v": 4, "channel_versions": {"messages": "v2"}}'
+    head = hot._head(thread_id, "ns", "c2", "c1", document, '{"step": 1}')
+    write = hot.pack_write(
+        thread_id, "ns", "c2", "task", 0, "path", "messages", "json", '"hi"', None, None
+    )
+    rows = [b"messages", b"v2", b"v1",
+            hot.pack_value(thread_id, "ns", "messages", "v2", "v1", "append", '["b"]', None, None),
+            b"messages", b"v1", b"",
+            hot.pack_value(thread_id, "ns", "messages", "v1", None, "json", '["a"]', None, None)]  # fmt: skip
+    return [b"9", head, flat_versions({"messages": "v2"}), [write], rows]
 
 
 def test_a_hit_becomes_a_get_tuple_row() -> None:
-    head = pack(["c2", "c1", '{"v": 4}', '{"step": 1}'])
-    write = pack_write("task", 0, "path", "messages", "json", '"hi"', None, None)
-    rows = [b"messages", b"v2", b"v1", pack_value("append", '["b"]', None, None),
-            b"messages", b"v1", b"", pack_value("json", '["a"]', None, None)]  # fmt: skip
-    seq, found, _ = HotHead.parse_read("t", "ns", [b"9", head, b"cv", [write], rows])
+    hot = bound()
+    seq, found, _ = hot.parse_read("t", "ns", hit(hot))
     assert seq == b"9" and found is not None
-    assert found.row[:6] == ("t", "ns", "c2", "c1", '{"v": 4}', '{"step": 1}')
+    assert found.row[:4] == ("t", "ns", "c2", "c1")
     assert found.row[6:14] == (["task"], [0], ["path"], ["messages"], ["json"], ['"hi"'],
                                [None], [None])  # fmt: skip
     delta, full = found.value_rows
     assert delta.key == ("t", "ns", "messages", "v2") and delta.base_version == "v1"
     assert delta.encoding == "append" and delta.parsed == ["b"]
     assert full.base_version is None and full.parsed == ["a"]
+
+
+def test_a_head_that_is_not_what_it_claims_is_corrupt() -> None:
+    hot = bound()
+    reply = hit(hot)
+    with pytest.raises(CorruptHeadError):  # another thread's head, copied over
+        hot.parse_read("u", "ns", reply)
+    with pytest.raises(CorruptHeadError):  # another incarnation's
+        bound("token.1.2").parse_read("t", "ns", reply)
+    moved = list(reply)
+    moved[4] = [b"messages", b"v3", *reply[4][2:]]  # a row under another version
+    with pytest.raises(CorruptHeadError):
+        hot.parse_read("t", "ns", moved)
+    flipped = list(reply)
+    flipped[4] = [*reply[4][:3], reply[4][3].replace(b'["b"]', b'["c"]'), *reply[4][4:]]
+    with pytest.raises(CorruptHeadError):
+        hot.parse_read("t", "ns", flipped)
+    versions = list(reply)
+    versions[2] = flat_versions({"messages": "v1"})
+    with pytest.raises(CorruptHeadError):
+        hot.parse_read("t", "ns", versions)
+    with pytest.raises(CorruptHeadError):
+        hot.parse_read("t", "ns", [b"9", b"garbage", b"", [], []])
