@@ -271,7 +271,9 @@ class ColosseumSaver(ColosseumSaverBase[Threads]):
 
 
 def _drop_stale_heads_of(saver: weakref.ref[ColosseumSaver]) -> None:
-    if (alive := saver()) is not None:
+    """At exit: what this process's writes left in Redis, if its pool is still open."""
+    alive = saver()
+    if alive is not None and alive._store.recorded_stale and not alive.conn.closed:
         alive.drop_stale_heads()
 
 

@@ -37,6 +37,7 @@ from pathlib import Path
 
 ROOT = Path(__file__).resolve().parents[1]
 GUARD_TESTS = "tests/integration/test_guards.py"
+HOT_TRUTH = "tests/integration/test_hot_truth.py"
 
 
 @dataclass(frozen=True)
@@ -52,7 +53,7 @@ GUARDS: list[Guard] = [
     Guard(
         name="hot head: an older advance never replaces a newer head",
         file="langgraph_colosseum/_core/hot.py",
-        original="if id < current then return 0 end  -- a slower worker: the head is already newer",
+        original="if id < current then bump() return 0 end  -- a slower worker: the head is already newer",
         mutant="-- (guard removed)",
         tests=(
             f"{GUARD_TESTS}::test_an_older_advance_never_replaces_a_newer_head",
@@ -85,8 +86,8 @@ GUARDS: list[Guard] = [
     Guard(
         name="hot head: an advance awaits the writes Postgres had before the put",
         file="langgraph_colosseum/_core/hot.py",
-        original="await_slots(awaited)\ndrop_replaced(old, versions)",
-        mutant="drop_replaced(old, versions)",
+        original="await_slots(awaited)\ndelete_fields(doomed)",
+        mutant="delete_fields(doomed)",
         tests=(
             f"{GUARD_TESTS}::test_a_head_is_not_served_until_writes_committed_before_its_put_arrive",
         ),
@@ -209,6 +210,51 @@ GUARDS: list[Guard] = [
             "tests/integration/test_pool.py"
             "::test_idle_connections_killed_cost_no_failed_operation_async[on]",
         ),
+    ),
+    Guard(
+        name="hot head: a write statement's incarnation moves the saver to its keys",
+        file="langgraph_colosseum/_core/store.py",
+        original="if incarnation is None or incarnation != self.hot.incarnation:",
+        mutant="if False:",
+        tests=(f"{HOT_TRUTH}::test_recovery_that_empties_the_token_moves_to_new_keys",),
+    ),
+    Guard(
+        name="hot head: a head a write could not update is recorded stale in Postgres",
+        file="langgraph_colosseum/_core/store.py",
+        original=(
+            "if (yield call) is CACHE_UNAVAILABLE:\n"
+            "            yield from self._record_stale([thread_id], (call.key,))"
+        ),
+        mutant="yield call",
+        tests=(f"{HOT_TRUTH}::test_any_live_worker_drops_the_heads_writes_left_behind",),
+    ),
+    Guard(
+        name="hot head: a write drops the recorded stale heads",
+        file="langgraph_colosseum/_core/store.py",
+        original="        if stale:\n            yield from self._drop_stale(stale)",
+        mutant="",
+        tests=(f"{HOT_TRUTH}::test_any_live_worker_drops_the_heads_writes_left_behind",),
+    ),
+    Guard(
+        name="hot head: a closing saver drops the recorded stale heads",
+        file="langgraph_colosseum/saver.py",
+        original="                    saver.drop_stale_heads()",
+        mutant="                    pass",
+        tests=(f"{HOT_TRUTH}::test_the_writer_drops_what_redis_refused_before_it_exits",),
+    ),
+    Guard(
+        name="hot head: a read walking a chain stops at a version it passed",
+        file="langgraph_colosseum/_core/hot.py",
+        original="if seen[version] then return nil end",
+        mutant="-- (guard removed)",
+        tests=(f"{HOT_TRUTH}::test_a_cyclic_delta_chain_is_a_prompt_miss_and_redis_stays_up",),
+    ),
+    Guard(
+        name="hot head: a payload whose MAC does not match is corrupt",
+        file="langgraph_colosseum/_core/hot.py",
+        original="if not hmac.compare_digest(sealed[:MAC_BYTES], self._mac(payload, *place)):",
+        mutant="if False:",
+        tests=(f"{HOT_TRUTH}::test_a_tampered_head_is_a_logged_miss",),
     ),
 ]
 

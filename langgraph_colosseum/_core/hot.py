@@ -2,7 +2,8 @@
 
 Postgres is the truth; the head is a copy that a reader may use only while it
 provably equals what Postgres would return. Everything a thread has in Redis is
-ONE hash, ``colosseum:{<thread_id>}`` (the prefix is configurable), so it lives
+ONE hash, ``colosseum:<incarnation tag>:{<thread_id>}`` (the prefix is
+configurable; the tag names the database incarnation, see `HotHead`), so it lives
 in one Cluster slot, expires as one unit, and is evicted (``allkeys-lru``) as
 one unit: no half of a head can outlive the other half. Its fields, per
 checkpoint namespace ``ns``:
@@ -30,7 +31,9 @@ back a state some write already replaced. Deletes, prune, copy_thread and
 delete_for_runs drop the whole hash after their commit; the next reader
 recreates it with ``seq`` taken from the server clock in microseconds x 1000, so
 a recreated counter never meets a value an older reader noted. A write is
-visible through the head once its call returns.
+visible through the head once its call returns. Only writes (and refills, which
+carry what Postgres holds) extend a hash's life; a write Redis refused is
+recorded in Postgres for any worker to drop (store.py, "the hot head's truth").
 
 Nothing here opens a socket: the store yields `CacheCall`s, the drivers run them.
 """

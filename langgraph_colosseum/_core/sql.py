@@ -184,9 +184,10 @@ INCARNATION = """
 
 # Stale heads waiting to be dropped, as (thread_id, head_key, recorded_at):
 # the writes that piggy-back them return a few each time.
-STALE_HEADS = """
+STALE_HEADS_PAGE = 64
+STALE_HEADS = f"""
 ARRAY(SELECT ARRAY[s.thread_id, s.head_key, s.recorded_at::text]
-      FROM colosseum_stale_heads s LIMIT 64)
+      FROM colosseum_stale_heads s LIMIT {STALE_HEADS_PAGE})
 """
 
 # The checkpoint row and its changed values in one statement. A delta row

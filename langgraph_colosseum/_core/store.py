@@ -155,6 +155,7 @@ class CheckpointStore:
         self.seeds = ValueMemo(base_cache_bytes)
         self.thread_ttl: timedelta | None = None  # set by Retention (threads.py)
         self.hot: HotHead | None = None  # the Redis hot head, when a cache is configured
+        self.recorded_stale = False  # this process recorded heads Redis refused (see below)
         self.unreadable_rows = UnreadableRows()  # registry rows `threads.search` skipped
 
     def with_codec(self, codec: ValueCodec) -> CheckpointStore:
@@ -889,6 +890,7 @@ class CheckpointStore:
             yield from self._record_stale([thread_id], (call.key,))
 
     def _record_stale(self, thread_ids: Sequence[str], keys: Sequence[str]) -> Operation[None]:
+        self.recorded_stale = True
         yield Query(
             sql.RECORD_STALE_HEADS,
             {"thread_ids": list(thread_ids), "head_keys": list(keys)},
@@ -896,9 +898,15 @@ class CheckpointStore:
         )
 
     def _drop_stale(self, stale: list[list[str]]) -> Operation[None]:
-        """Drop recorded stale heads; forget the records only once Redis did."""
-        if (yield CacheDrop(tuple(key for _, key, _ in stale))) is not CACHE_UNAVAILABLE:
+        """Drop recorded stale heads, all of them (a statement returns a page);
+        forget each record only once Redis dropped its head."""
+        while stale:
+            if (yield CacheDrop(tuple(key for _, key, _ in stale))) is CACHE_UNAVAILABLE:
+                return
             yield from self._forget_stale(stale)
+            if len(stale) < sql.STALE_HEADS_PAGE:
+                return
+            ((stale,),) = yield Query(sql.LIST_STALE_HEADS)
 
     def _forget_stale(self, stale: list[list[str]]) -> Operation[None]:
         thread_ids, keys, recorded = (list(column) for column in zip(*stale))
@@ -909,22 +917,16 @@ class CheckpointStore:
         )
 
     def drop_stale_heads(self) -> Operation[int]:
-        """Drop every recorded stale head Redis takes now; how many were recorded.
+        """Drop every recorded stale head Redis takes now; how many the first page held.
 
         A saver runs this as it closes, so a short-lived process whose writes
         Redis refused leaves nothing behind that Redis would take.
         """
         if self.hot is None:
             return 0
-        count = 0
-        while True:
-            ((stale,),) = yield Query(sql.LIST_STALE_HEADS)
-            if not stale:
-                return count
-            if (yield CacheDrop(tuple(key for _, key, _ in stale))) is CACHE_UNAVAILABLE:
-                return count + len(stale)
-            yield from self._forget_stale(stale)
-            count += len(stale)
+        ((stale,),) = yield Query(sql.LIST_STALE_HEADS)
+        yield from self._drop_stale(stale)
+        return len(stale)
 
     def _compact(self, kept: list[tuple]) -> Operation[list[Query]]:
         """Statements rewriting the kept checkpoints' delta rows as full rows.

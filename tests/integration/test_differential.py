@@ -27,7 +27,7 @@ from langgraph.graph import StateGraph
 from langgraph.types import Command
 
 from langgraph_colosseum import AsyncColosseumSaver, ColosseumSaver
-from tests.conftest import CONNECTION_MODES, saver_fixtures
+from tests.conftest import CONNECTION_MODES, RECREATED, saver_fixtures
 from tests.integration.graphs import (
     AsyncDriver,
     Normaliser,
@@ -45,7 +45,11 @@ from tests.integration.graphs import (
     two_question_approval_graph,
 )
 
-saver, asaver = saver_fixtures(CONNECTION_MODES)
+# Also on a database dropped and created again just before each scenario,
+# behind the same Redis, not flushed: the "redis" run of the same scenario (the
+# mode before) left its heads there under the same thread ids, and the new
+# database must not see them.
+saver, asaver = saver_fixtures([*CONNECTION_MODES, RECREATED])
 
 _NO_RESULT = object()
 

@@ -23,11 +23,13 @@ import psycopg
 import pytest
 import redis
 from psycopg import conninfo
+from typer.testing import CliRunner
 
 from langgraph_colosseum import ColosseumSaver
 from langgraph_colosseum.cache import RedisCache, client_options
+from langgraph_colosseum.cli import app
 from langgraph_colosseum.errors import InvalidConfigError
-from tests.conftest import redis_url, server_url, truncate
+from tests.conftest import TRUNCATE, redis_url, server_url, truncate
 from tests.integration.redis_servers import RedisServer
 from tests.integration.test_cache import (
     PREFIX,
@@ -542,3 +544,35 @@ def test_the_writer_drops_what_redis_refused_before_it_exits(
         # Closing the saver dropped it.
         assert turns(reader, "exiting") == 100
         assert_fresh(reader, truth, "exiting")
+
+
+def test_cache_flush_after_a_restore_that_keeps_the_incarnation(
+    databases: Any, shared_client: redis.Redis, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """A data-only pg_restore into the existing tables keeps the token, the
+    database and the table: only `colosseum cache flush` makes it safe (README,
+    Backup). It drops this database's heads and no other database's."""
+    url, neighbour = databases(), databases()
+    dump = tmp_path / "backup.dump"
+    with worker(url, shared_client) as before, worker(neighbour, shared_client) as other:
+        chat_graph(other).invoke(say("the neighbour"), thread("t1"))
+        graph = chat_graph(before)
+        graph.invoke(say("kept"), thread("t1"))
+        subprocess.run(["pg_dump", "-Fc", "-f", str(dump), "-d", url], check=True)
+        graph.invoke(say("rolled back"), thread("t1"))
+        assert graph.get_state(thread("t1")).values["turns"] == 2  # hot in Redis
+        with psycopg.connect(url, autocommit=True) as conn:
+            conn.execute(TRUNCATE)
+        # (its copy of the token conflicts with the one in place: that table fails)
+        subprocess.run(["pg_restore", "--data-only", "-d", url, str(dump)], capture_output=True)
+        assert graph.get_state(thread("t1")).values["turns"] == 2, "the same incarnation"
+        monkeypatch.setenv("COLOSSEUM_DATABASE_URL", url)
+        monkeypatch.setenv("COLOSSEUM_REDIS_URL", redis_url())
+        result = CliRunner().invoke(app, ["cache", "flush", "--prefix", PREFIX])
+        assert result.exit_code == 0, result.output
+        assert "dropped 1 " in result.output
+        assert graph.get_state(thread("t1")).values["turns"] == 1
+        assert "rolled back" not in stored_text(url)
+        before_flush = CountingCursor.statements
+        assert texts(chat_graph(other), "t1") == ["the neighbour", "answer 0"]
+        assert CountingCursor.statements == before_flush, "the neighbour's head was kept"
