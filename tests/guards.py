@@ -231,7 +231,7 @@ GUARDS: list[Guard] = [
     Guard(
         name="hot head: a write drops the recorded stale heads",
         file="langgraph_colosseum/_core/store.py",
-        original="        if stale:\n            yield from self._drop_stale(stale)",
+        original="        elif stale:\n            yield from self._drop_stale(stale)",
         mutant="",
         tests=(f"{HOT_TRUTH}::test_any_live_worker_drops_the_heads_writes_left_behind",),
     ),

@@ -227,8 +227,9 @@ end
 
 # ARGV: ttl, ns, checkpoint id wanted ("" = the latest), then channel, version
 # pairs the caller already holds decoded (their rows are not sent).
-# Reply: {seq} on a miss; {seq, 0} when the head is not the checkpoint wanted
-# (or was corrupt and is gone: not to be refilled now); {seq, head, cv, writes,
+# Reply: {seq} on a miss; {seq, 0} when the head is not the checkpoint wanted;
+# {seq, -1} when it was corrupt (a cycle, a missing base, a field that does not
+# decode) and is gone (not to be refilled now); {seq, head, cv, writes,
 # rows} on a hit, writes as a list of packed writes, rows as channel, version,
 # base, row. A read never extends the hash's life.
 READ = (
@@ -262,7 +263,7 @@ for i = 4, #ARGV, 2 do skip[ARGV[i]] = ARGV[i + 1] end
 local rows = versions and writes_ok and chains(versions, skip)
 if not rows then
     redis.call('DEL', key)  -- corrupt: nothing in it can be trusted
-    return {seq, 0}
+    return {seq, -1}
 end
 -- Flattened here: what cmsgpack packs in Lua, Python would read as UTF-8 text.
 local writes = {}
@@ -669,6 +670,8 @@ class HotHead:
         if len(reply) == 1:
             return seq, None, True
         if len(reply) == 2:
+            if reply[1] == -1:
+                raise CorruptHeadError("its chains or fields did not decode in Redis (dropped)")
             return seq, None, False  # a checkpoint other than the head was asked for
         try:
             _, head, cv, writes, rows = reply

@@ -562,8 +562,8 @@ class CheckpointStore:
             if base is not None and channel in written:
                 self.bases.put((thread_id, checkpoint_ns, channel), base)
         if self.hot is not None:
-            yield from self._after_write(incarnation, stale)
-            yield from self._write_head(thread_id, self.hot.advance(
+            yield from self._check_incarnation(incarnation)
+            yield from self._write_head(thread_id, stale, self.hot.advance(
                 thread_id,
                 checkpoint_ns,
                 checkpoint_id,
@@ -713,7 +713,7 @@ class CheckpointStore:
         if fenced:
             raise ThreadBusyError(thread_id)
         if self.hot is not None:
-            yield from self._after_write(incarnation, stale)
+            yield from self._check_incarnation(incarnation)
             slots = [
                 (
                     write_field(task_id, idx),
@@ -732,7 +732,9 @@ class CheckpointStore:
                 for (idx, (channel, _)), stored_value in zip(by_idx.items(), stored)
             ]
             yield from self._write_head(
-                thread_id, self.hot.add_writes(thread_id, checkpoint_ns, checkpoint_id, slots)
+                thread_id,
+                stale,
+                self.hot.add_writes(thread_id, checkpoint_ns, checkpoint_id, slots),
             )
 
     # ------------------------------------------------------------ maintenance
@@ -875,19 +877,22 @@ class CheckpointStore:
         yield from self._learn_incarnation(None)
         return self.hot.incarnation
 
-    def _after_write(self, incarnation: str | None, stale: list[list[str]]) -> Operation[None]:
-        """What a write statement returned for the hot head: the incarnation, and
-        stale heads to drop before this write touches Redis."""
+    def _check_incarnation(self, incarnation: str | None) -> Operation[None]:
+        """The incarnation a write statement returned: before this write touches Redis."""
         assert self.hot is not None
         if incarnation is None or incarnation != self.hot.incarnation:
             yield from self._learn_incarnation(incarnation)
-        if stale:
-            yield from self._drop_stale(stale)
 
-    def _write_head(self, thread_id: str, call: CacheCall) -> Operation[None]:
-        """Run a write's script; a head it could not update is recorded stale."""
+    def _write_head(
+        self, thread_id: str, stale: list[list[str]], call: CacheCall
+    ) -> Operation[None]:
+        """Run a write's script: a head it could not update is recorded stale; once
+        Redis took it, the stale heads the write statement returned are dropped
+        (not before: while Redis is out, a write costs one failed attempt, not two)."""
         if (yield call) is CACHE_UNAVAILABLE:
             yield from self._record_stale([thread_id], (call.key,))
+        elif stale:
+            yield from self._drop_stale(stale)
 
     def _record_stale(self, thread_ids: Sequence[str], keys: Sequence[str]) -> Operation[None]:
         self.recorded_stale = True

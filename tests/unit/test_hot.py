@@ -44,6 +44,8 @@ def test_replies_other_than_a_hit() -> None:
     nothing = hot._head("t", "", None, None, None, None)  # type: ignore[arg-type]
     _, head, refillable = hot.parse_read("t", "", [b"17", nothing, b"", [], []])
     assert head is not None and head.row == () and not refillable  # no checkpoint at all
+    with pytest.raises(CorruptHeadError):  # READ found it corrupt and dropped it
+        hot.parse_read("t", "", [b"17", -1])
     with pytest.raises(CorruptHeadError):  # an emptied head is not "no checkpoint"
         hot.parse_read("t", "", [b"17", b"", b"", [], []])
 
