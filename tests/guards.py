@@ -95,11 +95,7 @@ GUARDS: list[Guard] = [
     Guard(
         name="hot head: the same checkpoint put again drops the head",
         file="langgraph_colosseum/_core/hot.py",
-        original=(
-            "if id == current then\n"
-            "    -- The same checkpoint put again: Postgres kept its first parent; do not guess.\n"
-            "    drop_namespace()\n    return -1\nend"
-        ),
+        original="if id == current then return drop() end",
         mutant="",
         tests=(f"{GUARD_TESTS}::test_the_same_checkpoint_put_again_does_not_rewrite_the_head",),
     ),

@@ -244,12 +244,8 @@ if not seq then
     return {seq}
 end
 local id = redis.call('HGET', key, P .. 'id')
-if ns == '' and id == '' then
-    -- Known to have no checkpoint: reading it again does not keep it (see REFILL).
-    redis.call('PEXPIRE', key, math.min(tonumber(ttl), NO_THREAD_TTL_MS))
-else
-    redis.call('PEXPIRE', key, ttl)
-end
+-- No PEXPIRE: a read never extends a hash's life (nor one known to have no
+-- checkpoint, which REFILL gave NO_THREAD_TTL_MS).
 -- No head, or one still awaiting writes that committed before its put.
 if not id or redis.call('HEXISTS', key, P .. 'x') == 1 then return {seq} end
 if ARGV[3] ~= '' and ARGV[3] ~= id then return {seq, 0} end

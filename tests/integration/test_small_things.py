@@ -12,7 +12,7 @@ from langgraph.graph import START, StateGraph
 
 from langgraph_colosseum import AsyncColosseumSaver, ColosseumSaver, ValueNotStorableError
 from langgraph_colosseum._core.hot import NO_THREAD_TTL_MS
-from tests.conftest import CACHE_PREFIX, redis_url
+from tests.conftest import redis_url
 
 
 class State(TypedDict):
@@ -46,11 +46,13 @@ async def test_the_async_saver_too(asaver: AsyncColosseumSaver) -> None:
     assert (await asaver.threads.get("unstorable")).status == "error"
 
 
-def redis_ttl_ms(thread_id: str) -> int:
-    """The PTTL of the thread's hash: -2 when there is none."""
+def redis_ttl_ms(saver: Any, thread_id: str) -> int:
+    """The PTTL of the thread's hash: -2 when there is none (or no cache)."""
+    if saver._store.hot is None:
+        return -2
     client = redis.Redis.from_url(redis_url())
     try:
-        return client.pttl(f"{CACHE_PREFIX}{{{thread_id}}}")
+        return client.pttl(saver._store.hot.thread_key(thread_id))
     finally:
         client.close()
 
@@ -61,7 +63,7 @@ def test_reading_a_thread_that_does_not_exist_keeps_nothing_in_redis_for_long(
     graph = unstorable_graph(saver)
     assert graph.get_state({"configurable": {"thread_id": "no-such-thread"}}).values == {}
     assert saver.get_tuple({"configurable": {"thread_id": "no-such-thread"}}) is None
-    assert redis_ttl_ms("no-such-thread") <= NO_THREAD_TTL_MS  # seconds, not the hour
+    assert redis_ttl_ms(saver, "no-such-thread") <= NO_THREAD_TTL_MS  # seconds, not the hour
     # A thread that is created keeps its hot head for the full TTL.
     saver.put(
         {"configurable": {"thread_id": "no-such-thread", "checkpoint_ns": ""}},
@@ -69,9 +71,9 @@ def test_reading_a_thread_that_does_not_exist_keeps_nothing_in_redis_for_long(
     )  # fmt: skip
     assert saver.get_tuple({"configurable": {"thread_id": "no-such-thread"}}) is not None
     if saver.cache is not None:
-        assert redis_ttl_ms("no-such-thread") > 60_000
+        assert redis_ttl_ms(saver, "no-such-thread") > 60_000
 
 
 async def test_reading_a_thread_that_does_not_exist_async(asaver: AsyncColosseumSaver) -> None:
     assert await asaver.aget_tuple({"configurable": {"thread_id": "no-such-thread"}}) is None
-    assert redis_ttl_ms("no-such-thread") <= NO_THREAD_TTL_MS
+    assert redis_ttl_ms(asaver, "no-such-thread") <= NO_THREAD_TTL_MS
