@@ -21,6 +21,7 @@ Example:
 from __future__ import annotations
 
 import functools
+import importlib
 import json
 import os
 import sys
@@ -49,7 +50,9 @@ from langgraph_colosseum.demo import run as run_demo
 from langgraph_colosseum.errors import (
     AmbiguousIdError,
     ColosseumError,
+    CorruptRowError,
     InvalidConfigError,
+    UntrustedTypeError,
 )
 from langgraph_colosseum.inspection import Inspector, Page, channel_changes, readable
 from langgraph_colosseum.saver import ColosseumSaver
@@ -93,6 +96,9 @@ def _guarded(command: F) -> F:
             _error(str(exc), exc.code)
         except (InvalidConfigError, AmbiguousIdError) as exc:
             _error(str(exc), BAD_INPUT)
+        except (UntrustedTypeError, CorruptRowError) as exc:
+            _error(f"{exc}. If it is your application's class, name it: colosseum --types "
+                   "module:Class ...")  # fmt: skip
         except (ColosseumError, psycopg.Error, redis.RedisError) as exc:
             _error(str(exc) if isinstance(exc, ColosseumError) else f"{type(exc).__name__}: {exc}")
 
@@ -139,11 +145,21 @@ def main(
         "REDIS_URL, else the embedded Valkey when no database URL is set).",
         show_default=False,
     ),
+    types: Annotated[
+        list[str] | None,
+        typer.Option(
+            "--types",
+            help="Your application's classes stored in the threads (module:Class, "
+            "repeatable), as you pass them to the saver's types=.",
+            show_default=False,
+        ),
+    ] = None,
     version: bool = typer.Option(
         False, "--version", callback=_version, is_eager=True, help="Print the version and exit."
     ),
 ) -> None:
     """Run the demo, inspect and operate a langgraph-colosseum database."""
+    _TYPES[:] = [_import_class(name) for name in types or ()]
     # The options act as the environment variables from_env() reads, so every
     # command (and the demo's worker processes) sees the same servers; they
     # are put back when the command ends.
@@ -163,9 +179,26 @@ def main(
     ctx.call_on_close(restore)
 
 
+# The classes --types names: stored values of these revive as themselves.
+_TYPES: list[type] = []
+
+
+def _import_class(name: str) -> type:
+    module_name, _, qualname = name.partition(":")
+    try:
+        found: Any = importlib.import_module(module_name)
+        for part in qualname.split("."):
+            found = getattr(found, part)
+    except (ImportError, AttributeError, ValueError) as exc:
+        raise typer.BadParameter(f"cannot import {name!r} ({exc})", param_hint="--types") from None
+    if not qualname or not isinstance(found, type):
+        raise typer.BadParameter(f"{name!r} is not module:Class", param_hint="--types")
+    return found
+
+
 @contextmanager
 def _saver() -> Iterator[ColosseumSaver]:
-    with ColosseumSaver.from_env(pool_size=2) as saver:
+    with ColosseumSaver.from_env(pool_size=2, types=list(_TYPES)) as saver:
         yield saver
 
 

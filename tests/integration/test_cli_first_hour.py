@@ -18,6 +18,7 @@ from langchain_core.messages import AIMessage, AnyMessage, HumanMessage, RemoveM
 from langgraph.graph import START, StateGraph
 from langgraph.graph.message import add_messages
 from psycopg import conninfo
+from pydantic import BaseModel
 from typer.testing import CliRunner
 
 from langgraph_colosseum import ColosseumSaver, embedded
@@ -483,3 +484,31 @@ def test_export_and_import_round_trip(one_thread: str, db: str, tmp_path: Path) 
 def test_embedded_url_help_says_the_server_is_kept_running() -> None:
     shown = " ".join(ok("embedded", "url", "--help").split())
     assert "KEPT RUNNING" in shown and "colosseum embedded down" in shown
+
+
+class Order(BaseModel):
+    """An application's own class, stored in a thread's state."""
+
+    ticker: str
+    quantity: int
+
+
+class Book(TypedDict):
+    order: Order
+
+
+def test_show_renders_the_applications_models_as_their_fields(db: str) -> None:
+    with ColosseumSaver.from_conn_string(db, types=[Order]) as saver:
+        builder = StateGraph(Book)
+        builder.add_node("trader", lambda s: {"order": Order(ticker="AMD", quantity=182)})
+        builder.add_edge(START, "trader")
+        builder.compile(checkpointer=saver).invoke({"order": Order(ticker="-", quantity=0)},
+                                                   cfg("models"))  # fmt: skip
+    unknown = invoke("show", "models")  # the CLI does not know the class: it says how
+    assert_clean_failure(unknown, 1, "--types module:Class")
+    model = f"{__name__}:Order"
+    shown = json.loads(ok("--types", model, "show", "models", "--json"))
+    assert shown["values"]["order"] == {"ticker": "AMD", "quantity": 182}
+    assert '"ticker": "AMD"' in ok("--types", model, "show", "models")
+    assert '"$t"' in ok("--types", model, "show", "models", "--raw")
+    assert invoke("--types", "no.such.module:Order", "show", "models").exit_code == 2
