@@ -17,6 +17,12 @@ Invariants (each kept by the function named, checked by tests/unit/test_codec.py
   not registered (`_revive_class`).
 * A plain dict whose keys include ``"$t"`` is written in the pair-list form, so
   user data can never be mistaken for a tag.
+* Key order survives jsonb, which stores object keys shortest first, then
+  bytewise (`jsonb_order`). A plain dict whose insertion order differs from
+  that is written with its keys as real object keys (so ``->`` and ``@>`` still
+  see them) plus ``"$t": [its keys, in order]``; a list is never a tag name, and
+  a user key "$t" already takes the pair-list form. A dict already in jsonb's
+  order is written exactly as before, at no cost in bytes (`_encode_dict`).
 
 Paths ("$.messages[3].content") are not built while encoding, which would cost
 more than the encoding itself: a failure carries path segments up the stack,
@@ -26,6 +32,7 @@ each container adding its own (`_PathError`).
 from __future__ import annotations
 
 import base64
+import copy
 import dataclasses
 import datetime as dt
 import enum
@@ -89,11 +96,22 @@ class TypeRegistry:
         Position(ticker='AAPL', qty=10)
     """
 
+    # False in `matching()`'s view: data for comparing (``@>``, ``=``), not for storing.
+    keep_order = True
+
     def __init__(self, classes: Iterable[type] = ()) -> None:
         self._by_name: dict[str, type] = {}
         self._names: dict[type, str] = {}
         for cls in classes:
             self.register(cls)
+
+    def matching(self) -> TypeRegistry:
+        """A view of this registry whose `encode` records no key order: for the
+        right side of a containment (``@>``) match, which stored values contain
+        whatever order they recorded. Shares the allowlist."""
+        view = copy.copy(self)
+        view.keep_order = False
+        return view
 
     def register(self, cls: type) -> type:
         """Allow `cls` (a pydantic model, dataclass, Enum or NamedTuple) to round-trip.
@@ -262,9 +280,27 @@ def _encode_fields(fields: dict[str, Any], registry: TypeRegistry, prefix: str =
     return out
 
 
+def in_jsonb_order(keys: Iterable[str]) -> bool:
+    """Whether jsonb keeps these (distinct, plain) keys in this order: shorter
+    keys first, keys of one length by their UTF-8 bytes (which is code point
+    order, the order Python compares strings in)."""
+    last_size = -1
+    last = ""
+    for key in keys:
+        size = len(key) if key.isascii() else len(key.encode())
+        if size < last_size or (size == last_size and key < last):
+            return False
+        last_size = size
+        last = key
+    return True
+
+
 def _encode_dict(value: dict, registry: TypeRegistry) -> Any:
     if all(_is_plain_key(k) for k in value):
-        return _encode_fields(value, registry)
+        out = _encode_fields(value, registry)
+        if registry.keep_order and not in_jsonb_order(value):
+            out[TAG] = list(value)
+        return out
     pairs = []
     for key, item in value.items():
         try:
@@ -345,6 +381,8 @@ def _decode(data: Any, registry: TypeRegistry) -> Any:
         tag = data.get(TAG)
         if tag is None:
             return _decode_fields(data, registry)
+        if type(tag) is list:
+            return _decode_ordered(data, tag, registry)
         decoder = _DECODERS.get(tag) if isinstance(tag, str) else None
         if decoder is None:
             raise _PathError(CodecError, f"unknown type tag {tag!r}")
@@ -374,6 +412,23 @@ def _decode_fields(data: dict, registry: TypeRegistry) -> dict:
             out[key] = _decode(value, registry)
         except _PathError as failure:
             raise failure.at(f".{key}") from None
+    return out
+
+
+def _decode_ordered(data: dict, order: list, registry: TypeRegistry) -> dict:
+    """A plain dict written with its key order (see `_encode_dict`)."""
+    if len(order) != len(data) - 1 or not all(
+        type(key) is str and key != TAG and key in data for key in order
+    ):
+        raise _PathError(CodecError, "the recorded key order does not name the object's keys")
+    out = {}
+    for key in order:
+        try:
+            out[key] = _decode(data[key], registry)
+        except _PathError as failure:
+            raise failure.at(f".{key}") from None
+    if len(out) != len(order):
+        raise _PathError(CodecError, "the recorded key order names a key twice")
     return out
 
 
@@ -436,7 +491,12 @@ def _decode_dataclass(data: dict, registry: TypeRegistry) -> Any:
     # Restore state without running __init__/__post_init__: the stored fields are
     # the object as it was, and re-running initialisers could change them.
     obj = object.__new__(cls)
-    for name, value in _decode_fields(data["v"], registry).items():
+    decoded = _decode_fields(data["v"], registry)
+    # In declared order, as __init__ would have set them: jsonb reordered them.
+    for field in dataclasses.fields(cls):
+        if field.name in decoded:
+            object.__setattr__(obj, field.name, decoded.pop(field.name))
+    for name, value in decoded.items():
         object.__setattr__(obj, name, value)
     return obj
 

@@ -16,8 +16,11 @@ Invariants (tests/unit/test_shapes.py, tests/integration/test_storage_properties
   mutated in place since the base was written compares unequal, and the version
   is stored as it now is. Items are compared with `_same`: equal and of the
   same types all the way down (``==`` calls 1, 1.0 and True equal), so `[1]`
-  then `[1.0, 2]` is not an append. Dict key order is not compared: jsonb keeps
-  object keys in an order of its own, for every stored value.
+  then `[1.0, 2]` is not an append. Dict key order is compared too: the codec
+  keeps it through jsonb, so a reordered dict is a changed value.
+* A merge row keeps the new dict's key order: `apply` leaves the base's keys
+  where they were and appends new ones in the row's order; `diff` gives no
+  merge when that is not the new dict's order (a full row is stored).
 * A delta's base is any stored version of the same (thread, namespace,
   channel), whatever checkpoint wrote it: forks, replacements by id,
   `RemoveMessage` and `REMOVE_ALL_MESSAGES` simply fail the prefix test and are
@@ -71,12 +74,10 @@ def _same(a: Any, b: Any) -> bool:
     if t is list or t is tuple:
         return len(a) == len(b) and all(map(_same, a, b))
     if t is dict:
-        # Key order is not compared: jsonb stores object keys in its own order,
-        # so no read gives it back anyway.
         if len(a) != len(b):
             return False
-        for key, value in a.items():
-            if key not in b or not _same(value, b[key]):
+        for (key, value), other in zip(a.items(), b):  # same keys, same order
+            if key != other or type(key) is not type(other) or not _same(value, b[other]):
                 return False
         return True
     if isinstance(a, _Model):
@@ -117,8 +118,18 @@ def diff(value: Any, base: Base | None, snapshot_every: int) -> Delta | None:
         changed = {k: v for k, v in value.items() if k not in old or not _same(old[k], v)}
         if len(changed) + len(removed) > max(1, len(value) // 2):
             return None
+        # `apply` keeps the base's keys in place and appends the new ones.
+        kept = [k for k in old if k in value]
+        if not _keys_in_order(value, kept):
+            return None
         return Delta(MERGE, {"set": changed, "del": removed})
     return None
+
+
+def _keys_in_order(value: dict, kept: list) -> bool:
+    """Whether `value`'s keys are `kept`, in that order, then the keys it adds."""
+    keys = iter(value)
+    return all(key == next(keys) for key in kept)
 
 
 def apply(base_value: Any, shape: str, payload: Any) -> Any:

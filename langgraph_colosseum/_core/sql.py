@@ -132,6 +132,10 @@ LIST_WHERE_BEFORE = "c.checkpoint_id < %(before)s"
 # Exact jsonb equality per key, which is InMemorySaver's
 # `query_value == metadata.get(key)`: a missing key equals a None filter value.
 LIST_WHERE_METADATA = "coalesce(c.metadata -> %(mk{i})s, 'null'::jsonb) = %(mv{i})s::jsonb"
+# A filter value holding a dict whose key order the stored value may have
+# recorded: containment first (a necessary condition, the recorded order being
+# an extra key), then `==` in Python on the decoded metadata (`list`).
+LIST_WHERE_METADATA_CONTAINS = "c.metadata -> %(mk{i})s @> %(mv{i})s::jsonb"
 
 # The value rows of some (thread, ns, channel, version) keys and of their bases,
 # each row once. The walk stops at keys the caller already has (`known_*`).

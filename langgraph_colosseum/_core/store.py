@@ -33,7 +33,7 @@ from langgraph.checkpoint.serde.types import ERROR, INTERRUPT
 
 from langgraph_colosseum._core import schema, shapes, sql
 from langgraph_colosseum._core.bases import DEFAULT_MAX_BYTES, BaseCache, ChannelKey
-from langgraph_colosseum._core.codec import is_object_key
+from langgraph_colosseum._core.codec import in_jsonb_order, is_object_key
 from langgraph_colosseum._core.guard import RUN_OWNER
 from langgraph_colosseum._core.hot import CorruptHeadError, HotHead, write_field
 from langgraph_colosseum._core.io import (
@@ -337,10 +337,15 @@ class CheckpointStore:
         if before is not None and (before_id := get_checkpoint_id(before)):
             where.append(sql.LIST_WHERE_BEFORE)
             params["before"] = before_id
+        compared_in_python: dict[str, Any] = {}
         for i, (key, value) in enumerate((filter or {}).items()):
-            where.append(sql.LIST_WHERE_METADATA.format(i=i))
             params[f"mk{i}"] = key
-            params[f"mv{i}"] = self.codec.dump_json(value)
+            params[f"mv{i}"] = self.codec.dump_json(value, filter=True)
+            if params[f"mv{i}"] == self.codec.dump_json(value):
+                where.append(sql.LIST_WHERE_METADATA.format(i=i))
+            else:  # it holds a dict whose stored form may record a key order
+                where.append(sql.LIST_WHERE_METADATA_CONTAINS.format(i=i))
+                compared_in_python[key] = value
         if "thread_id" in params and "checkpoint_ns" in params:
             order, cursor_sql = sql.LIST_ORDER_IN_NAMESPACE, sql.LIST_CURSOR_IN_NAMESPACE
         elif "thread_id" in params:
@@ -366,9 +371,11 @@ class CheckpointStore:
             documents = [self._load_document(row) for row in rows]
             yield from self._fetch_values(values, rows, documents)
             for row, document in zip(rows, documents):
-                yield Emit(self._checkpoint_tuple(row, document, values))
-            if remaining is not None:
-                remaining -= len(rows)
+                found = self._checkpoint_tuple(row, document, values)
+                if all(found.metadata.get(k) == v for k, v in compared_in_python.items()):
+                    yield Emit(found)
+                    if remaining is not None:
+                        remaining -= 1
             if len(rows) < page_size:
                 return
             last = rows[-1]
@@ -1126,12 +1133,12 @@ class CheckpointStore:
         """
         versions = checkpoint["channel_versions"]
         for channel, version in versions.items():
-            if not (type(channel) is str and "\x00" not in channel and _is_json_version(version)):
+            if not (is_object_key(channel) and _is_json_version(version)):
                 raise not_storable(
                     where._replace(channel=str(channel)),
                     "$.channel_versions",
                     ValueError(
-                        "channel names must be strings without NUL, and versions str, int "
+                        "channel names must be strings without NUL or lone surrogates, and versions str, int "
                         f"or finite float; got {channel!r}: {version!r}"
                     ),
                 )
@@ -1140,14 +1147,36 @@ class CheckpointStore:
         }
         document = self._encoded(rest, where)
         document["channel_versions"] = versions
-        return orjson.dumps(document).decode()
+        # Key order, recorded only where reading back would not restore it: the
+        # checkpoint's own keys (channel_values always comes last on the way
+        # back, as from InMemorySaver) and the channels (channel_values' order).
+        keys = [k for k in checkpoint if k != "channel_values"]
+        if keys != _checkpoint_key_order(keys):
+            document[_KEY_ORDER] = keys
+        if not in_jsonb_order(versions):
+            document[_CHANNEL_ORDER] = list(versions)
+        try:
+            return orjson.dumps(document).decode()
+        except orjson.JSONEncodeError as exc:
+            raise not_storable(where, "$", exc) from exc
 
     def _load_checkpoint_document(self, text: str) -> dict[str, Any]:
         raw = orjson.loads(text)
+        if type(raw) is not dict:
+            raise CodecError(f"the checkpoint is a JSON {type(raw).__name__}, not an object")
         versions = raw.pop("channel_versions", {})
-        document = self.codec.registry.decode(raw)
-        document["channel_versions"] = versions
-        return document
+        if type(versions) is not dict or not all(
+            type(v) in (str, int, float) for v in versions.values()
+        ):
+            raise CodecError("channel_versions is not an object of channel -> version")
+        recorded_keys = raw.pop(_KEY_ORDER, None)
+        channels = _recorded_order(raw.pop(_CHANNEL_ORDER, None), list(versions))
+        rest = self.codec.registry.decode(raw)
+        if type(rest) is not dict:
+            raise CodecError("the checkpoint is not a plain object")
+        rest["channel_versions"] = {channel: versions[channel] for channel in channels}
+        keys = _recorded_order(recorded_keys, _checkpoint_key_order(list(rest)))
+        return {key: rest[key] for key in keys}
 
     def _json(self, value: Any, where: Where) -> str:
         return orjson.dumps(self._encoded(value, where)).decode()
@@ -1162,6 +1191,39 @@ class CheckpointStore:
 
 # The checkpoint and writes columns every checkpoint query starts with.
 _CHECKPOINT_WIDTH = 14
+
+# The checkpoint document's record of channel_versions' key order, beside that
+# plain object (which SQL reads by channel name), when jsonb would reorder it.
+# Not a Checkpoint key; the rest of the document goes through the codec.
+_CHANNEL_ORDER = "$channel_order"
+_KEY_ORDER = "$key_order"  # the same for the checkpoint's own keys
+# The order of a Checkpoint's fields as LangGraph builds one (`empty_checkpoint`,
+# `create_checkpoint`): restored without being recorded.
+_CHECKPOINT_FIELDS = (
+    "v", "id", "ts", "channel_values", "channel_versions", "versions_seen", "updated_channels",
+)  # fmt: skip
+
+
+def _checkpoint_key_order(keys: list[str]) -> list[str]:
+    """What reading back restores unrecorded: Checkpoint's fields first, in
+    LangGraph's order, then any other key in its stored order."""
+    return [k for k in _CHECKPOINT_FIELDS if k in keys] + [
+        k for k in keys if k not in _CHECKPOINT_FIELDS
+    ]
+
+
+def _recorded_order(order: Any, keys: list[str]) -> list[str] | None:
+    """A recorded key order, checked to name exactly `keys` (a tampered row's may not)."""
+    if order is None:
+        return keys
+    if (
+        type(order) is not list
+        or not all(type(k) is str for k in order)
+        or len(order) != len(keys)
+        or set(order) != set(keys)
+    ):
+        raise CodecError("a recorded key order does not name the object's keys")
+    return order
 
 
 def _value_chains(keys: list[ValueKey], known: Sequence[ValueKey] = ()) -> Query:

@@ -102,6 +102,7 @@ class ValueCodec:
         self.serde = serde
         self.registry = registry
         self.jsonb_values = not isinstance(serde, EncryptedSerializer)
+        self.matching_registry = registry.matching()
 
     def encode(self, value: Any) -> tuple[Any, str]:
         """Typed-codec data and its JSON text; `UnsupportedValueError` if it cannot."""
@@ -124,9 +125,14 @@ class ValueCodec:
             raise not_storable(where, path, exc) from exc
         return StoredValue(SERDE, None, data, type_)
 
-    def dump_json(self, value: Any) -> str:
-        """Typed-codec JSON text, for values that must stay jsonb (metadata, filters)."""
-        return self.encode(value)[1]
+    def dump_json(self, value: Any, *, filter: bool = False) -> str:
+        """Typed-codec JSON text, for values that must stay jsonb (metadata, filters).
+
+        A `filter` records no dict key order: it is the right side of a
+        containment (``@>``), and the stored side may have recorded one.
+        """
+        registry = self.matching_registry if filter else self.registry
+        return orjson.dumps(registry.encode(value)).decode()
 
     def load(self, encoding: str, json: str | None, data: bytes | None, type_: str | None) -> Any:
         """A full (non-delta) stored value."""
@@ -153,6 +159,7 @@ class ValueCodec:
         merged row can never hide or break the others' keys. A `filter` (the
         right side of ``@>``) leaves out what containment must not compare.
         """
+        registry = self.matching_registry if filter else self.registry
         out = {}
         for key, value in mapping.items():
             if not is_object_key(key):
@@ -161,7 +168,7 @@ class ValueCodec:
                     path=f"$[{key!r}]",
                 )
             try:
-                out[key] = self.registry.encode(value)
+                out[key] = registry.encode(value)
             except CodecError as exc:
                 raise exc.under(f".{key}") from None
         return orjson.dumps(out).decode()

@@ -534,3 +534,54 @@ def delta_graph(counts: Counter) -> StateGraph:
     builder.add_edge(START, "reply")
     builder.add_edge("reply", END)
     return builder
+
+
+# --------------------------------------------------------------------- 8. key order
+
+
+def merge_dicts(old: dict, new: dict) -> dict:
+    """A dict reducer: keys kept where they were, new ones appended (as `{**a, **b}`)."""
+    return {**old, **new}
+
+
+class OrderState(TypedDict):
+    brief: Annotated[dict, merge_dicts]
+    log: Annotated[list, operator.add]
+
+
+def order_graph(counts: Counter) -> StateGraph:
+    """plan -> ask (interrupt) -> act: every dict in an order jsonb would change.
+
+    Longer keys come before shorter ones and equal lengths are out of byte order,
+    in the state (a merged dict channel and list items), the interrupt value,
+    the resume value, the writes and the run metadata.
+    """
+
+    def plan(state: OrderState) -> dict:
+        counts["plan"] += 1
+        return {
+            "brief": {"question": "refund?", "plan": ["check", "pay"], "ctx": {"zz": 1, "a": 2}},
+            "log": [{"step": "plan", "by": "planner", "at": 1}],
+        }
+
+    def ask(state: OrderState) -> dict:
+        counts["ask"] += 1
+        answer = interrupt({"question": state["brief"]["question"], "plan": state["brief"]["plan"]})
+        return {"brief": {"verdict": answer, "plan": ["pay"]}, "log": [{"step": "ask", "id": 2}]}
+
+    def act(state: OrderState) -> dict:
+        counts["act"] += 1
+        return {
+            "brief": {"zulu": True, "alpha": None},
+            "log": [{"step": "act", "brief": state["brief"]}],
+        }
+
+    builder = StateGraph(OrderState)
+    builder.add_node("plan", plan)
+    builder.add_node("ask", ask)
+    builder.add_node("act", act)
+    builder.add_edge(START, "plan")
+    builder.add_edge("plan", "ask")
+    builder.add_edge("ask", "act")
+    builder.add_edge("act", END)
+    return builder

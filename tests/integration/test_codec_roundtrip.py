@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import dataclasses
 import datetime as dt
+import json
 import threading
 import uuid
 from decimal import Decimal
@@ -16,13 +17,15 @@ from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 from langchain_core.messages import AIMessage, HumanMessage
 from langgraph.checkpoint.base import empty_checkpoint
+from langgraph.checkpoint.base.id import uuid6
 from langgraph.checkpoint.serde.encrypted import EncryptedSerializer
 from langgraph.types import Send
 
 from langgraph_colosseum import ColosseumSaver
+from langgraph_colosseum._core.codec import in_jsonb_order
 from langgraph_colosseum.errors import ValueNotStorableError
 from tests.conftest import truncate
-from tests.unit.test_codec import APP_TYPES, Position, same, values
+from tests.unit.test_codec import APP_TYPES, Position, plain_keys, same, values
 
 ROUNDTRIP_SETTINGS = settings(
     max_examples=50,
@@ -344,3 +347,62 @@ def test_codec_corner_values_through_put(saver: ColosseumSaver, pg_url: str, val
         assert type(back) is set and sorted(map(str, back)) == sorted(map(str, value))
     else:
         assert same(back, value), back
+
+
+# ------------------------------------------------------------ dict key order
+
+
+@settings(max_examples=60, deadline=None, suppress_health_check=[HealthCheck.too_slow])
+@given(keys=st.lists(plain_keys, unique=True, min_size=2, max_size=6))
+def test_jsonb_key_order_is_what_the_codec_assumes(pg_url: str, keys: list[str]) -> None:
+    """`in_jsonb_order` agrees with Postgres about which orders jsonb keeps."""
+    with psycopg.connect(pg_url, autocommit=True) as conn:
+        text = json.dumps({k: i for i, k in enumerate(keys)})
+        row = conn.execute("SELECT array_agg(k) FROM jsonb_object_keys(%s::jsonb) k", (text,))
+        stored = row.fetchone()[0]
+    assert in_jsonb_order(stored)
+    assert in_jsonb_order(keys) == (stored == keys)
+
+
+ORDERED_STATE = {
+    "question": "Refund order #7?",
+    "plan": ["look up", "refund"],
+    "context": {"zz": 1, "a": {"yy": 2, "b": 3}},
+}
+
+
+def test_key_order_round_trips_and_stays_queryable(saver: ColosseumSaver, pg_url: str) -> None:
+    checkpoint, stored = put_value(saver, "order-thread", {"brief": ORDERED_STATE, "z": 1, "a": 2})
+    config = {"configurable": {"thread_id": "order-thread", "checkpoint_ns": ""}}
+    metadata = {"source": "loop", "step": 1, "brief": {"zeta": 1, "alpha": {"yy": 1, "b": 2}}}
+    child = saver.put(stored, {**checkpoint, "id": str(uuid6())}, metadata, {})
+    saver.put_writes(child, [("brief", ORDERED_STATE), ("__interrupt__", ORDERED_STATE)], "t1")
+    for got in (saver.get_tuple(config), next(iter(saver.list(config)))):
+        assert got is not None
+        assert repr(got.checkpoint["channel_values"]) == repr(
+            {"brief": ORDERED_STATE, "z": 1, "a": 2}
+        )
+        assert list(got.checkpoint["channel_versions"]) == ["brief", "z", "a"]
+        assert repr(got.metadata["brief"]) == repr(metadata["brief"])
+        assert [repr(w) for w in got.pending_writes] == [
+            repr(("t1", "__interrupt__", ORDERED_STATE)),
+            repr(("t1", "brief", ORDERED_STATE)),
+        ]
+    with psycopg.connect(pg_url) as conn:
+        found = conn.execute(
+            "SELECT value ->> 'question', value -> 'context' -> 'a' ->> 'yy', "
+            'value @> \'{"context": {"zz": 1}}\'::jsonb '
+            "FROM colosseum_channel_values WHERE thread_id = 'order-thread' AND channel = 'brief'"
+        ).fetchone()
+        assert found == ("Refund order #7?", "2", True)
+        written = conn.execute(
+            "SELECT value ->> 'question' FROM colosseum_writes "
+            "WHERE thread_id = 'order-thread' AND channel = '__interrupt__'"
+        ).fetchone()
+        assert written == ("Refund order #7?",)
+    # A metadata filter with the same dict in another order still matches (==, as
+    # InMemorySaver), and a different dict does not.
+    reordered = {"alpha": {"b": 2, "yy": 1}, "zeta": 1}
+    assert [t.config for t in saver.list(config, filter={"brief": reordered})] == [child]
+    assert list(saver.list(config, filter={"brief": {"zeta": 1}})) == []
+    assert [t.config for t in saver.list(config, filter={"brief": metadata["brief"]})] == [child]

@@ -39,6 +39,7 @@ from tests.integration.graphs import (
     flaky_graph,
     linear_graph,
     normalise_history,
+    order_graph,
     run_sync,
     subgraph_graph,
     tuples_as_lists,
@@ -107,9 +108,12 @@ async def run_scenario(
 
 
 def assert_same_steps(reference: Run, subject: Run) -> None:
+    """Identical recordings, compared by `repr`: `==` would miss dict key order,
+    on which a prompt built by iterating a dict depends."""
     assert [label for label, _ in subject.steps] == [label for label, _ in reference.steps]
     for (label, expected), (_, actual) in zip(reference.steps, subject.steps):
         assert actual == expected, f"step {label!r} differs from InMemorySaver"
+        assert repr(actual) == repr(expected), f"step {label!r}: dict key order differs"
 
 
 def differential_sync(
@@ -424,3 +428,35 @@ async def test_delta_channel_async(asaver: AsyncColosseumSaver) -> None:
         delta_scenario, delta_graph, asaver, "diff-delta-async"
     )
     await delta_maintenance(reference, subject)
+
+
+# ============================================================ 8. dict key order
+
+
+async def order_scenario(run: Run) -> None:
+    """Dicts whose insertion order jsonb would change, everywhere a value goes."""
+    config = {**run.config, "metadata": {"requester": "ann", "team": "ops", "a": 1}}
+    first = {"brief": {"topic": "refunds", "id": 7}, "log": [{"zz": 0, "b": 1, "a": 2}]}
+    result = await run.drv.invoke(first, config)
+    await run.observe("at the interrupt", result)
+    state = await run.drv.get_state(run.config)
+    assert list(state.interrupts[0].value) == ["question", "plan"]
+    assert list(state.values["brief"]) == ["topic", "id", "question", "plan", "ctx"]
+    resume = Command(resume={"ok": True, "because": "policy", "a": 0})
+    result = await run.drv.invoke(resume, config)
+    await run.observe("after resume", result)
+    updated = await run.drv.update_state(
+        run.config, {"brief": {"zz": 1, "b": 2}, "log": [{"note": "by hand", "n": 1}]}, "act"
+    )
+    await run.observe("after update_state", updated)
+    result = await run.drv.invoke({"brief": {"question": "again?"}, "log": []}, config)
+    await run.observe("second run", result)
+    assert run.counts == Counter(plan=2, ask=3, act=1)
+
+
+def test_dict_key_order_sync(saver: ColosseumSaver) -> None:
+    differential_sync(order_scenario, order_graph, saver, "diff-order-sync")
+
+
+async def test_dict_key_order_async(asaver: AsyncColosseumSaver) -> None:
+    await differential_async(order_scenario, order_graph, asaver, "diff-order-async")

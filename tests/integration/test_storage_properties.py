@@ -278,7 +278,8 @@ class Model:
             ch: v for ch, v in (parent.expected if parent else {}).items() if ch not in changed
         }
         expected.update({ch: copy.deepcopy(live[ch]) for ch in changed if ch in live})
-        expected = {ch: expected[ch] for ch in CHANNELS if ch in expected}
+        # In channel_versions order, as InMemorySaver hands channel_values back.
+        expected = {ch: expected[ch] for ch in versions if ch in expected}
         saver = self.saver("put through")
         metadata = {"source": "loop", "step": self.counter, "parents": {}, "run_id": run_id}
         saver.put(
@@ -493,7 +494,7 @@ def test_pure_appends_are_stored_as_append_rows(pg_url: str, sql: psycopg.Connec
             numbers = [*numbers, i, float(i)]
             msgs = [*msgs, AIMessage(f"m{i}", id=f"m{i}")]
             steps.append({"numbers": numbers, "messages": msgs})
-            expected.append({"messages": copy.deepcopy(msgs), "numbers": list(numbers)})
+            expected.append({"numbers": list(numbers), "messages": copy.deepcopy(msgs)})
         ids = put_chain(s, thread, steps)
         for channel in ("numbers", "messages"):
             rows = encodings(sql, thread, channel)

@@ -569,3 +569,80 @@ with ColosseumSaver.from_conn_string({pg_url!r}, pool_size=1) as saver:
         )
     assert ready.strip() == "ready", err
     assert out.strip() == f"CorruptRowError {CHANNEL}", (out, err)
+
+
+# ------------------------------------------- rows beyond what the reader parses
+
+
+def deep_array(depth: int) -> str:
+    """JSON text nested `depth` arrays deep: jsonb takes it, orjson stops at 1024."""
+    return "[" * depth + "1" + "]" * depth
+
+
+DEEP = deep_array(2000)
+
+
+def test_deeply_nested_channel_value(saver: ColosseumSaver, pg_url: str) -> None:
+    with psycopg.connect(pg_url, autocommit=True) as conn:
+        insert_checkpoint(conn, checkpoint_document({CHANNEL: VERSION}))
+        conn.execute(
+            "INSERT INTO colosseum_channel_values (thread_id, checkpoint_ns, channel, version, "
+            "encoding, value) VALUES (%s, '', %s, %s, 'json', %s::jsonb)",
+            (THREAD, CHANNEL, VERSION, DEEP),
+        )
+    for error in read_all_ways(saver):
+        assert_names_location(error, CHANNEL)
+
+
+def test_deeply_nested_pending_write(saver: ColosseumSaver, pg_url: str) -> None:
+    with psycopg.connect(pg_url, autocommit=True) as conn:
+        insert_checkpoint(conn, checkpoint_document({}))
+        conn.execute(
+            "INSERT INTO colosseum_writes (thread_id, checkpoint_ns, checkpoint_id, task_id, idx, "
+            "task_path, channel, encoding, value) "
+            "VALUES (%s, '', %s, 'task-1', 0, '', 'w', 'json', %s::jsonb)",
+            (THREAD, CHECKPOINT_ID, DEEP),
+        )
+    for error in read_all_ways(saver):
+        assert_names_location(error, "w")
+
+
+@pytest.mark.parametrize("where", ["checkpoint", "metadata"])
+def test_deeply_nested_checkpoint_or_metadata(
+    saver: ColosseumSaver, pg_url: str, where: str
+) -> None:
+    with psycopg.connect(pg_url, autocommit=True) as conn:
+        insert_checkpoint(conn, checkpoint_document({}))
+        conn.execute(
+            f"UPDATE colosseum_checkpoints SET {where} = jsonb_set({where}, '{{deep}}', %s::jsonb) "
+            "WHERE thread_id = %s",
+            (DEEP, THREAD),
+        )
+    for error in read_all_ways(saver):
+        assert_names_location(error, None)
+
+
+@pytest.mark.parametrize(
+    "versions",
+    ['"not an object"', "[1, 2]", "null", '{"c": {"nested": 1}}', '{"c": [1]}', "17"],
+)
+def test_malformed_channel_versions(saver: ColosseumSaver, pg_url: str, versions: str) -> None:
+    with psycopg.connect(pg_url, autocommit=True) as conn:
+        insert_checkpoint(conn, checkpoint_document({"c": VERSION}))
+        insert_value_at(conn, "c", VERSION, {"ok": 1})
+        conn.execute(
+            "UPDATE colosseum_checkpoints "
+            "SET checkpoint = jsonb_set(checkpoint, '{channel_versions}', %s::jsonb) "
+            "WHERE thread_id = %s",
+            (versions, THREAD),
+        )
+    for error in read_all_ways(saver):
+        assert_names_location(error, None)
+
+
+def insert_value_at(conn: psycopg.Connection, channel: str, version: str, value: Any) -> None:
+    conn.execute(
+        "INSERT INTO colosseum_channel_values (thread_id, checkpoint_ns, channel, version, "
+        "encoding, value) VALUES (%s, '', %s, %s, 'json', %s::jsonb)",
+        (THREAD, channel, version, json.dumps(value)),
+    )

@@ -22,7 +22,7 @@ from zoneinfo import ZoneInfo
 import orjson
 import pydantic
 import pytest
-from hypothesis import HealthCheck, given, settings
+from hypothesis import HealthCheck, assume, given, settings
 from hypothesis import strategies as st
 from langchain_core.messages import AIMessage, HumanMessage, RemoveMessage, ToolMessage
 from langgraph.types import Command, Interrupt, Overwrite, Send
@@ -108,8 +108,20 @@ def make_registry() -> TypeRegistry:
 REGISTRY = make_registry()
 
 
+def as_jsonb(data: Any) -> Any:
+    """JSON data with every object's keys in the order Postgres jsonb keeps them:
+    shorter keys first, keys of one length by their UTF-8 bytes."""
+    if type(data) is dict:
+        keys = sorted(data, key=lambda k: (len(k.encode()), k.encode()))
+        return {k: as_jsonb(data[k]) for k in keys}
+    if type(data) is list:
+        return [as_jsonb(item) for item in data]
+    return data
+
+
 def roundtrip(value: Any, registry: TypeRegistry = REGISTRY) -> Any:
-    return registry.decode(orjson.loads(orjson.dumps(registry.encode(value))))
+    """Through the codec and JSON text, with object keys reordered as jsonb does."""
+    return registry.decode(as_jsonb(orjson.loads(orjson.dumps(registry.encode(value)))))
 
 
 # --------------------------------------------------------------- same()
@@ -129,11 +141,11 @@ def same(a: Any, b: Any) -> bool:
     if t in (list, tuple) or (issubclass(t, tuple) and hasattr(t, "_fields")):
         return len(a) == len(b) and all(same(x, y) for x, y in zip(a, b))
     if t is dict:
+        # Key order too: what a prompt built by iterating the dict depends on.
         if len(a) != len(b):
             return False
-        b_keys = {k: k for k in b}
-        for k, v in a.items():
-            if k not in b_keys or not same(k, b_keys[k]) or not same(v, b[k]):
+        for (k, v), k2 in zip(a.items(), b):
+            if not same(k, k2) or not same(v, b[k2]):
                 return False
         return True
     if t in (set, frozenset):
@@ -160,7 +172,9 @@ def same(a: Any, b: Any) -> bool:
             and same(a.__pydantic_extra__, b.__pydantic_extra__)
         )
     if dataclasses.is_dataclass(a):
-        return all(same(getattr(a, f.name), getattr(b, f.name)) for f in dataclasses.fields(a))
+        return all(
+            same(getattr(a, f.name), getattr(b, f.name)) for f in dataclasses.fields(a)
+        ) and list(getattr(a, "__dict__", ())) == list(getattr(b, "__dict__", ()))
     if t is Send:
         return same(a.node, b.node) and same(a.arg, b.arg) and same(a.timeout, b.timeout)
     return bool(a == b)
@@ -168,6 +182,8 @@ def same(a: Any, b: Any) -> bool:
 
 def test_same_helper_is_strict() -> None:
     assert same(float("nan"), float("nan"))
+    assert not same({"b": 1, "a": 2}, {"a": 2, "b": 1})
+    assert not same([{"question": 1, "plan": 2}], [{"plan": 2, "question": 1}])
     assert not same(0.0, -0.0)
     assert not same(1, 1.0)
     assert not same(1, True)
@@ -384,7 +400,7 @@ def test_roundtrip_is_identity(value: Any) -> None:
     encoded = REGISTRY.encode(value)
     text = orjson.dumps(encoded)  # orjson accepts whatever the codec emits
     assert b"\\u0000" not in text  # jsonb rejects U+0000
-    decoded = REGISTRY.decode(orjson.loads(text))
+    decoded = REGISTRY.decode(as_jsonb(orjson.loads(text)))
     assert same(decoded, value), (value, decoded)
 
 
@@ -413,6 +429,84 @@ def test_strings_never_carry_nul_or_lone_surrogates(value: str) -> None:
     assert "\x00" not in text and "\\u0000" not in text
     text.encode("utf-8")  # valid UTF-8
     assert same(roundtrip(value), value)
+
+
+# ------------------------------------------------------------- key order
+
+plain_keys = st.text(
+    st.characters(exclude_characters="\x00", exclude_categories=["Cs"]), max_size=6
+)
+
+
+# JSON-like values only: a failure here then shrinks to a short, readable dict.
+json_like = st.recursive(
+    st.none() | st.booleans() | st.integers(-9, 9) | st.text(max_size=3),
+    lambda children: (
+        st.lists(children, max_size=3) | st.dictionaries(plain_keys, children, max_size=4)
+    ),
+    max_leaves=10,
+)
+
+
+@settings(max_examples=300, deadline=None)
+@given(st.dictionaries(plain_keys, json_like | values, max_size=6))
+def test_dict_key_order_survives_jsonb(value: dict) -> None:
+    back = roundtrip(value)
+    assert list(back) == list(value)
+    assert same(back, value)
+
+
+@settings(max_examples=200, deadline=None)
+@given(st.dictionaries(plain_keys.filter(lambda k: k != TAG), st.integers() | texts, max_size=6))
+def test_dict_in_jsonb_order_costs_nothing(value: dict) -> None:
+    """A dict whose order jsonb keeps is stored as it was before order was kept."""
+    ordered = as_jsonb(value)
+    assume(all(REGISTRY.encode(v) == v for v in ordered.values()))
+    assert orjson.dumps(REGISTRY.encode(ordered)) == orjson.dumps(ordered)
+
+
+def test_order_is_recorded_only_where_jsonb_would_change_it() -> None:
+    state = {"question": "q", "plan": ["a"], "context": {"a": 1, "bb": 2}}
+    encoded = REGISTRY.encode(state)
+    assert encoded == {
+        "question": "q",
+        "plan": ["a"],
+        "context": {"a": 1, "bb": 2},  # already jsonb's order: nothing recorded
+        TAG: ["question", "plan", "context"],
+    }
+    assert repr(roundtrip(state)) == repr(state)
+    # The matching view (for @> filters) records nothing.
+    assert TAG not in REGISTRY.matching().encode(state)
+
+
+def test_order_survives_inside_tagged_values() -> None:
+    value = (
+        {"z": 1, "a": 2},
+        [Interrupt({"question": "ok?", "options": ["y", "n"]}, id="i1")],
+        Position(ticker="T", payload={"zz": 1, "a": {"y": 1, "x": 2}}),
+        Flexible(name="n", zed=1, alpha={"b": 1, "a": 2}),
+        {1: "x", "$t": {"k2": 1, "k1": 2}},
+    )
+    back = roundtrip(value)
+    assert repr(back) == repr(value)
+    assert list(back[2].payload["a"]) == ["y", "x"]
+
+
+@pytest.mark.parametrize(
+    "data",
+    [
+        {"a": 1, "b": 2, TAG: ["a"]},
+        {"a": 1, "b": 2, TAG: ["a", "c"]},
+        {"a": 1, "b": 2, TAG: ["a", "a"]},
+        {"a": 1, TAG: [1]},
+        {"a": 1, TAG: [TAG]},
+        {"a": 1, TAG: [["a"]]},
+    ],
+    ids=repr,
+)
+def test_tampered_key_order_is_a_codec_error(data: dict) -> None:
+    with pytest.raises(CodecError):
+        REGISTRY.decode({"k": data})
 
 
 # --------------------------------------------------------------- examples

@@ -2,9 +2,8 @@
 
 The central property: whenever ``diff(value, base, n)`` returns a delta,
 ``apply(base.value, delta.shape, delta.payload)`` is *exactly* `value`: equal,
-of identical types all the way down, items in the same order. Dict key order is
-not part of it: jsonb stores object keys in an order of its own, so no stored
-value keeps it, delta or not. Around it: the edits that must not be deltas
+of identical types all the way down, items and dict keys in the same order
+(the codec keeps key order through jsonb, so a merge row must too). Around it: the edits that must not be deltas
 (replacements, removals, reorders, shorter lists, a chain at its snapshot
 depth, an item that differs only in type) and `worth_a_delta`.
 """
@@ -30,7 +29,7 @@ SNAPSHOT_EVERY = 100
 
 
 def exact(a: Any, b: Any) -> bool:
-    """Equal, with identical types recursively (dict key order aside, see above)."""
+    """Equal, with identical types and dict key order recursively."""
     return same(a, b)
 
 
@@ -313,13 +312,24 @@ def test_message_mutated_in_place_since_the_base_is_not_unchanged() -> None:
     assert base.value[0].content == "hi"
 
 
-def test_dict_edits_are_merges_whatever_the_key_order() -> None:
+def test_dict_edits_are_merges_that_keep_the_key_order() -> None:
     old = {"a": 1, "b": 2, "c": 3, "d": 4}
     delta = check_roundtrip({"a": 1, "c": 3, "d": 4, "e": 5}, base_of(old))
     assert delta == Delta(MERGE, {"set": {"e": 5}, "del": ["b"]})
-    # Reordered keys are the same mapping: nothing to store but the change.
-    delta = check_roundtrip({"d": 4, "c": 30, "b": 2, "a": 1}, base_of(old))
-    assert delta == Delta(MERGE, {"set": {"c": 30}, "del": []})
+    # Changed keys stay where they were; new keys come last, in their order.
+    delta = check_roundtrip({"a": 1, "b": 2, "c": 30, "d": 4, "f": 6}, base_of(old))
+    assert delta == Delta(MERGE, {"set": {"c": 30, "f": 6}, "del": []})
+    # Reordered keys: a merge would rebuild the base's order, so a full row.
+    assert check_roundtrip({"d": 4, "c": 30, "b": 2, "a": 1}, base_of(old)) is None
+    assert check_roundtrip({"b": 2, "a": 1, "c": 3, "d": 4}, base_of(old)) is None
+    assert check_roundtrip({"a": 1, "c": 3, "b": 2, "d": 4, "e": 5}, base_of(old)) is None
+
+
+@settings(max_examples=300)
+@given(st.data())
+def test_nested_order_lookalikes_rebuild_exactly(data: st.DataObject) -> None:
+    """Items whose nested dicts were reordered since the base: not 'unchanged'."""
+    check_lookalikes(data, types=False, order=True)
 
 
 @settings(max_examples=100)
