@@ -20,7 +20,6 @@ Example:
 
 from __future__ import annotations
 
-import functools
 import importlib
 import json
 import os
@@ -30,16 +29,26 @@ from contextlib import contextmanager
 from importlib.metadata import PackageNotFoundError
 from importlib.metadata import version as package_version
 from pathlib import Path
-from typing import Annotated, Any, TypeVar
+from typing import Annotated, Any
 
 import psycopg
 import redis
 import typer
-from rich.console import Console
-from rich.table import Table
-from rich.text import Text
 
 from langgraph_colosseum import embedded
+from langgraph_colosseum._cli_style import (
+    BAD_INPUT,
+    FAILED,
+    F,
+    Fail,
+    cell,
+    command,
+    console,
+)
+from langgraph_colosseum._cli_style import emit as _emit
+from langgraph_colosseum._cli_style import json_option as _json_option
+from langgraph_colosseum._cli_style import row as _row
+from langgraph_colosseum._cli_style import table as _table
 from langgraph_colosseum._core import schema
 from langgraph_colosseum._core.hot import KEY_PREFIX
 from langgraph_colosseum._core.threads import STATUSES
@@ -48,11 +57,7 @@ from langgraph_colosseum.cli_store import store_app
 from langgraph_colosseum.demo import DEFAULT_TICKER, DemoFailedError
 from langgraph_colosseum.demo import run as run_demo
 from langgraph_colosseum.errors import (
-    AmbiguousIdError,
     ColosseumError,
-    CorruptRowError,
-    InvalidConfigError,
-    UntrustedTypeError,
 )
 from langgraph_colosseum.inspection import Inspector, Page, channel_changes, readable
 from langgraph_colosseum.saver import ColosseumSaver
@@ -67,54 +72,10 @@ app = typer.Typer(
 embedded_app = typer.Typer(help="The embedded PostgreSQL and Valkey used when no URL is set.")
 app.add_typer(embedded_app, name="embedded")
 app.add_typer(store_app, name="store")
-console = Console()
-
-F = TypeVar("F", bound=Callable[..., Any])
-
-# Exit codes: 0 done, 1 failed (unreachable, not found, a check that failed),
-# 2 bad input (typer's own usage errors use 2 as well).
-FAILED, BAD_INPUT = 1, 2
-
-
-class Fail(Exception):
-    """Stop the command: print `Error: message` and exit with `code`."""
-
-    def __init__(self, message: str, code: int = FAILED) -> None:
-        super().__init__(message)
-        self.code = code
-
-
-def _guarded(command: F) -> F:
-    """One error style for every command: our errors and the drivers' become
-    one `Error:` line on stderr and an exit code, never a traceback."""
-
-    @functools.wraps(command)
-    def wrapper(*args: Any, **kwargs: Any) -> Any:
-        try:
-            return command(*args, **kwargs)
-        except Fail as exc:
-            _error(str(exc), exc.code)
-        except (InvalidConfigError, AmbiguousIdError) as exc:
-            _error(str(exc), BAD_INPUT)
-        except (UntrustedTypeError, CorruptRowError) as exc:
-            _error(f"{exc}. If it is your application's class, name it: colosseum --types "
-                   "module:Class ...")  # fmt: skip
-        except (ColosseumError, psycopg.Error, redis.RedisError) as exc:
-            _error(str(exc) if isinstance(exc, ColosseumError) else f"{type(exc).__name__}: {exc}")
-
-    return wrapper  # type: ignore[return-value]
-
-
-def _error(message: str, code: int = FAILED) -> None:
-    typer.echo(f"Error: {safe(message)}", err=True)
-    raise typer.Exit(code)
 
 
 def _command(*args: Any, **kwargs: Any) -> Callable[[F], F]:
-    def register(function: F) -> F:
-        return app.command(*args, **kwargs)(_guarded(function))
-
-    return register
+    return command(app, *args, **kwargs)
 
 
 def _version(value: bool) -> None:
@@ -208,43 +169,6 @@ def _inspector() -> Iterator[Inspector]:
         yield Inspector(saver)
 
 
-# ------------------------------------------------------------------ printing
-
-
-def cell(value: Any, *, keep_newlines: bool = True) -> Text:
-    """Text for a table cell or a line: never markup, no control characters, no password."""
-    if not isinstance(value, str):
-        value = "" if value is None else json.dumps(value, ensure_ascii=False, default=str)
-    return Text(safe(value, keep_newlines=keep_newlines))
-
-
-def _table(
-    *columns: str, title: str | None = None, ids: tuple[str, ...] = (), short: tuple[str, ...] = ()
-) -> Table:
-    """A table that never cuts an id: `ids` columns keep their width and long
-    text columns wrap. At 80 columns (whenever output is piped) an id cut
-    short ("committee-992ee11e…") could name two threads."""
-    table = Table(title=cell(title) if title is not None else None, title_justify="left")
-    for column in columns:
-        keep = column in ids or column in short
-        table.add_column(column, no_wrap=keep, overflow="fold")
-    return table
-
-
-def _row(table: Table, *values: Any) -> None:
-    table.add_row(*(cell(v) for v in values))
-
-
-def _emit(data: Any, as_json: bool, table: Table | None = None, caption: str | None = None) -> None:
-    if as_json:
-        typer.echo(json.dumps(data, default=str, indent=2, ensure_ascii=False))
-        return
-    if table is not None:
-        console.print(table)
-    if caption:
-        console.print(cell(caption), highlight=False)
-
-
 def _page_caption(page: Page, noun: str) -> str:
     if not page.items:
         return f"no {noun} (of {page.total})" if page.total else f"no {noun}"
@@ -255,20 +179,6 @@ def _page_caption(page: Page, noun: str) -> str:
 
 def _paged(page: Page) -> dict[str, Any]:
     return {"total": page.total, "offset": page.offset, "items": page.items}
-
-
-def _json_option(value: str | None, option: str) -> Any:
-    if value is None:
-        return None
-    try:
-        parsed = json.loads(value)
-    except json.JSONDecodeError as exc:
-        raise Fail(f"{option} is not JSON ({exc.msg}): {value!r}. Example: "
-                   f"{option} '{{\"desk\": \"equities\"}}'", BAD_INPUT) from None  # fmt: skip
-    if not isinstance(parsed, dict):
-        raise Fail(f"{option} must be a JSON object, such as '{{\"desk\": \"equities\"}}'",
-                   BAD_INPUT)  # fmt: skip
-    return parsed
 
 
 JSON_OPTION = typer.Option(False, "--json", help="Output JSON.")
@@ -326,7 +236,7 @@ def cache_flush(
     typer.echo(f"dropped {deleted} hot thread heads of this database from Redis")
 
 
-cache_app.command("flush")(_guarded(cache_flush))
+command(cache_app, "flush")(cache_flush)
 
 
 @_command()
@@ -677,10 +587,7 @@ def import_thread(
 
 
 def _embedded_command(name: str) -> Callable[[F], F]:
-    def register(function: F) -> F:
-        return embedded_app.command(name)(_guarded(function))
-
-    return register
+    return command(embedded_app, name)
 
 
 @_embedded_command("up")

@@ -18,13 +18,11 @@ from contextlib import contextmanager
 from typing import Any
 
 import typer
-from rich.console import Console
-from rich.table import Table
 
+from langgraph_colosseum._cli_style import Fail, cell, command, console, json_option, row, table
 from langgraph_colosseum.memory import ColosseumStore
 
 store_app = typer.Typer(help="Browse the long-term memory Store: namespaces and items.")
-console = Console()
 
 
 @contextmanager
@@ -55,14 +53,14 @@ def _short(value: Any, width: int = 80) -> str:
     return text if len(text) <= width else text[: width - 1] + "…"
 
 
-@store_app.command("setup")
+@command(store_app, "setup")
 def setup() -> None:
     """Create or upgrade the Store's tables (without a vector index)."""
     with _store() as store:
         typer.echo(f"store schema at version {store.setup()}")
 
 
-@store_app.command("namespaces")
+@command(store_app, "namespaces")
 def namespaces(
     prefix: str = typer.Option("", help="Only under this namespace ('*' matches one label)."),
     suffix: str = typer.Option("", help="Only namespaces ending with these labels."),
@@ -84,10 +82,10 @@ def namespaces(
         typer.echo(json.dumps([".".join(ns) for ns in found], indent=2))
         return
     for ns in found:
-        typer.echo(".".join(ns))
+        console.print(cell(".".join(ns), keep_newlines=False), highlight=False)
 
 
-@store_app.command("items")
+@command(store_app, "items")
 def items(
     namespace: str = typer.Argument("", help="Namespace prefix, labels joined by '.'."),
     filter: str = typer.Option("", "--filter", help='JSON, e.g. \'{"score": {"$gt": 3}}\'.'),
@@ -99,7 +97,7 @@ def items(
     with _store() as store:
         found = store.search(
             _namespace(namespace),
-            filter=json.loads(filter) if filter else None,
+            filter=json_option(filter or None, "--filter"),
             limit=limit,
             offset=offset,
             refresh_ttl=False,
@@ -107,18 +105,19 @@ def items(
     if as_json:
         typer.echo(json.dumps([_item(i) for i in found], default=str, indent=2))
         return
-    table = Table("namespace", "key", "updated", "value")
+    shown = table("namespace", "key", "updated", "value", ids=("key",))
     for item in found:
-        table.add_row(
+        row(
+            shown,
             ".".join(item.namespace),
             item.key,
             item.updated_at.isoformat(timespec="seconds"),
             _short(item.value),
         )
-    console.print(table)
+    console.print(shown)
 
 
-@store_app.command("get")
+@command(store_app, "get")
 def get(
     namespace: str = typer.Argument(..., help="Namespace, labels joined by '.'."),
     key: str = typer.Argument(...),
@@ -128,12 +127,11 @@ def get(
     with _store() as store:
         item = store.get(_namespace(namespace), key, refresh_ttl=False)
     if item is None:
-        typer.echo(f"no item {key!r} in namespace {namespace!r}", err=True)
-        raise typer.Exit(1)
+        raise Fail(f"no item {key!r} in namespace {namespace!r}")
     typer.echo(json.dumps(_item(item), default=str, indent=2 if as_json else None))
 
 
-@store_app.command("delete")
+@command(store_app, "delete")
 def delete(
     namespace: str = typer.Argument(..., help="Namespace, labels joined by '.'."),
     key: str = typer.Argument(...),

@@ -512,3 +512,21 @@ def test_show_renders_the_applications_models_as_their_fields(db: str) -> None:
     assert '"ticker": "AMD"' in ok("--types", model, "show", "models")
     assert '"$t"' in ok("--types", model, "show", "models", "--raw")
     assert invoke("--types", "no.such.module:Order", "show", "models").exit_code == 2
+
+
+def test_store_commands_show_text_not_markup_and_fail_cleanly(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    from langgraph_colosseum.memory import ColosseumStore
+    from tests.integration.store_support import fresh_database
+
+    with fresh_database(server_url()) as url:
+        monkeypatch.setenv("COLOSSEUM_DATABASE_URL", url)
+        with ColosseumStore.from_conn_string(url) as store:
+            store.setup()
+            store.put(("notes", "[b]x[/b]"), "[/]", {"text": HOSTILE[1] + HOSTILE[2]})
+        shown = ok("store", "items", "notes")
+        assert "\x1b" not in shown and "[/]" in squash(shown) and "[b]x[/b]" in squash(shown)
+        assert "[b]x[/b]" in ok("store", "namespaces")
+        assert_clean_failure(invoke("store", "items", "--filter", "notjson"), 2, "--filter")
+        assert_clean_failure(invoke("store", "get", "notes", "nope"), 1, "nope")
