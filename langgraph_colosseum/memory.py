@@ -299,6 +299,8 @@ class AsyncColosseumStore(_StoreBase):
     ) -> None:
         super().__init__(AsyncColosseumSaver(conn, types=types), index=index, ttl=ttl)
         self._sweeper: asyncio.Task | None = None
+        self._pending: list[tuple[list[Op], asyncio.Future]] = []
+        self._flushes: set[asyncio.Task] = set()
 
     @classmethod
     def from_saver(
@@ -312,6 +314,8 @@ class AsyncColosseumStore(_StoreBase):
         store = cls.__new__(cls)
         _StoreBase.__init__(store, saver, index=index, ttl=ttl)
         store._sweeper = None
+        store._pending = []
+        store._flushes = set()
         return store
 
     @classmethod
@@ -347,7 +351,51 @@ class AsyncColosseumStore(_StoreBase):
         return await self._arun(self._ops.migrate())
 
     async def abatch(self, ops: Iterable[Op]) -> list[Result]:
-        return await self._arun(self._ops.batch(ops))
+        """Run `ops`, together with the other calls made in the same loop iteration.
+
+        Concurrent calls (a `gather` of `aget`s and `aput`s) become one batch:
+        one transaction and one round trip instead of one each, as
+        AsyncPostgresStore does. A batch that fails is rerun call by call, so
+        one caller's bad value fails that caller alone.
+        """
+        ops = list(ops)
+        loop = asyncio.get_running_loop()
+        done: asyncio.Future[list[Result]] = loop.create_future()
+        if not self._pending:
+            loop.call_soon(self._flush)
+        self._pending.append((ops, done))
+        return await done
+
+    def _flush(self) -> None:
+        calls, self._pending = self._pending, []
+        task = asyncio.ensure_future(self._run_calls(calls))
+        self._flushes.add(task)
+        task.add_done_callback(self._flushes.discard)
+
+    async def _run_calls(self, calls: list[tuple[list[Op], asyncio.Future]]) -> None:
+        try:
+            results = await self._arun(self._ops.batch([op for ops, _ in calls for op in ops]))
+        except BaseException as exc:
+            if len(calls) == 1 or not isinstance(exc, Exception):
+                for _, done in calls:
+                    if not done.done():
+                        done.set_exception(exc)
+                return
+            for ops, done in calls:  # find whose call it was
+                try:
+                    result = await self._arun(self._ops.batch(ops))
+                except Exception as own:
+                    if not done.done():
+                        done.set_exception(own)
+                else:
+                    if not done.done():
+                        done.set_result(result)
+            return
+        start = 0
+        for ops, done in calls:
+            if not done.done():
+                done.set_result(results[start : start + len(ops)])
+            start += len(ops)
 
     def batch(self, ops: Iterable[Op]) -> list[Result]:
         loop = self._loop_for_blocking_call()

@@ -637,3 +637,41 @@ async def test_async_store_on_an_async_savers_pool(store_url: str) -> None:
         await store.aput(("a",), "k", {"v": 1})
         assert (await store.aget(("a",), "k")).value == {"v": 1}
         assert saver.conn.get_stats()["pool_size"] <= 2  # no pool of its own
+
+
+class CountingStore(AsyncColosseumStore):
+    """Records the requests the store sends (a hook on the driver, not a mock)."""
+
+    async def _perform(self, request):  # type: ignore[override]
+        self.requests.append(request)
+        return await super()._perform(request)
+
+
+async def test_concurrent_async_calls_share_one_round_trip(store_url: str) -> None:
+    empty(store_url)
+    async with CountingStore.from_conn_string(store_url, pool_size=2) as store:
+        store.requests = []
+        await asyncio.gather(*(store.aput(("c",), f"k{i}", {"i": i}) for i in range(50)))
+        assert len(store.requests) == 1
+        store.requests.clear()
+        got = await asyncio.gather(
+            store.aget(("c",), "k3"), store.asearch(("c",), limit=100), store.aget(("c",), "nope")
+        )
+        assert len(store.requests) == 1
+        assert got[0].value == {"i": 3} and len(got[1]) == 50 and got[2] is None
+
+
+async def test_a_bad_value_fails_only_its_own_concurrent_call(store_url: str) -> None:
+    empty(store_url)
+    async with AsyncColosseumStore.from_conn_string(store_url, pool_size=2) as store:
+        outcomes = await asyncio.gather(
+            store.aput(("c",), "good1", {"v": 1}),
+            store.aput(("c",), "bad", {"pos": Position("X", Decimal(1))}),
+            store.aput(("c",), "good2", {"v": 2}),
+            return_exceptions=True,
+        )
+        assert outcomes[0] is None and outcomes[2] is None
+        assert isinstance(outcomes[1], StoreValueError)
+        assert (await store.aget(("c",), "good1")).value == {"v": 1}
+        assert (await store.aget(("c",), "good2")).value == {"v": 2}
+        assert await store.aget(("c",), "bad") is None
