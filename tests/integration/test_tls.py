@@ -52,6 +52,16 @@ def heads_in_redis(tls_servers: TlsServers, prefix: str) -> list[bytes]:
         return list(client.scan_iter(match=f"{prefix}*"))
 
 
+# What a cache warning says when TLS or the ACL refused a request (a timeout on
+# a loaded machine is a miss the design allows, and is not one of these).
+REFUSALS = ("NOPERM", "WRONGPASS", "SSL", "certificate", "uthenticat")
+
+
+def assert_no_refusal(caplog: pytest.LogCaptureFixture) -> None:
+    refused = [r.getMessage() for r in caplog.records if any(w in r.getMessage() for w in REFUSALS)]
+    assert refused == []
+
+
 def _check_run(tls_servers: TlsServers, name: str, prefix: str, state: Any, history: list) -> None:
     assert len(state.values["messages"]) == 2 * TURNS
     assert state.values["messages"][-1].content == f"echo {2 * TURNS - 1}"
@@ -79,7 +89,7 @@ def test_a_graph_runs_over_tls_with_passwords_sync(
             state = graph.get_state(tid)
             history = list(graph.get_state_history(tid))
             _check_run(tls_servers, name, prefix, state, history)
-    assert caplog.records == []  # Redis never failed: every request went over TLS
+    assert_no_refusal(caplog)
 
 
 async def test_a_graph_runs_over_tls_with_passwords_async(
@@ -100,7 +110,7 @@ async def test_a_graph_runs_over_tls_with_passwords_async(
             state = await graph.aget_state(tid)
             history = [s async for s in graph.aget_state_history(tid)]
             _check_run(tls_servers, name, prefix, state, history)
-    assert caplog.records == []
+    assert_no_refusal(caplog)
 
 
 def test_postgres_stores_the_password_as_scram(tls_servers: TlsServers) -> None:

@@ -37,8 +37,8 @@ RUN_AS = "postgres"
 # and scripts, key expiry and deletion, the server's clock; SCAN for the tests'
 # own cleanup.
 HOT_HEAD_ACL = "-@all +@hash +@scripting +ping +hello +auth +del +exists +pexpire +time +scan"
-# Seconds a new TLS connection to the private Redis may take (see TlsRedis.url).
-CONNECT_TIMEOUT = 5
+# Seconds a new TLS connection to the private Redis, or a reply, may take (see TlsRedis.url).
+TIMEOUT = 5
 
 
 def free_port() -> int:
@@ -255,18 +255,19 @@ class TlsRedis:
         self.process: subprocess.Popen | None = None
 
     def url(self, *, password: str | None = None, ca_file: Path | None = None) -> str:
-        """The URL a user writes, with one addition: `socket_connect_timeout`.
+        """The URL a user writes, with longer timeouts than the hot head's 0.5 s.
 
         redis-py builds a fresh SSL context for each new connection, loading the
         system's trust store (0.2 to 0.3 s measured on this loaded 2-core machine),
-        inside the connect timeout, which is 0.5 s for the hot head's clients. A
-        URL may raise it, as here, so the tests do not depend on the machine's load.
+        inside the connect timeout; and a reply read on a busy event loop can take
+        longer than 0.5 s here. A URL may raise both, as here, so that the tests
+        do not depend on the machine's load.
         """
         secret = quote(password if password is not None else self.password, safe="")
         ca = ca_file or self.ca.ca_file
         return (
             f"rediss://{self.user}:{secret}@{self.hostname}:{self.port}/0"
-            f"?ssl_ca_certs={ca}&socket_connect_timeout={CONNECT_TIMEOUT}"
+            f"?ssl_ca_certs={ca}&socket_connect_timeout={TIMEOUT}&socket_timeout={TIMEOUT}"
         )
 
     def start(self) -> TlsRedis:
