@@ -17,6 +17,7 @@ from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 from langchain_core.messages import AIMessage, HumanMessage
 from langgraph.checkpoint.base import empty_checkpoint
+from langgraph.checkpoint.serde.types import ERROR
 from langgraph.checkpoint.base.id import uuid6
 from langgraph.checkpoint.serde.encrypted import EncryptedSerializer
 from langgraph.types import Send
@@ -211,7 +212,7 @@ def test_user_serde_is_honoured(pg_url: str) -> None:
     ],
     ids=["lock", "generator"],
 )
-def test_unstorable_value_raises_and_writes_nothing(
+def test_unstorable_value_raises_and_stores_only_the_error(
     saver: ColosseumSaver, pg_url: str, value: Any, path: str
 ) -> None:
     thread_id = "unstorable-thread"
@@ -234,8 +235,12 @@ def test_unstorable_value_raises_and_writes_nothing(
     with pytest.raises(ValueNotStorableError) as info:
         saver.put_writes(parent, [("fine", 1), ("bad", value)], task_id="t")
     assert "'bad'" in str(info.value) and parent["configurable"]["checkpoint_id"] in str(info.value)
-    assert row_counts(pg_url) == before  # not even the storable write
-    assert saver.get_tuple(parent).pending_writes == []  # type: ignore[union-attr]
+    # Not even the storable write: the task's only pending write is the error
+    # that says why its output could not be kept (its thread's status is then
+    # `error`, as for a node that raised).
+    pending = saver.get_tuple(parent).pending_writes  # type: ignore[union-attr]
+    assert [(task, channel) for task, channel, _ in pending] == [("t", ERROR)]
+    assert "ValueNotStorableError" in str(pending[0][2]) and "'bad'" in str(pending[0][2])
 
 
 # ------------------------------------------------------------ encryption
