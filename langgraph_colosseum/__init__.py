@@ -5,6 +5,7 @@
 """
 
 from langgraph_colosseum._core.codec import TypeRegistry
+from langgraph_colosseum._core.crypt import Encryption
 from langgraph_colosseum._core.threads import Retention
 from langgraph_colosseum.aio import AsyncColosseumSaver
 from langgraph_colosseum.errors import (
@@ -41,6 +42,7 @@ __all__ = [
     "ColosseumStore",
     "CorruptRowError",
     "DatabaseUnavailableError",
+    "Encryption",
     "IdempotentToolNode",
     "InvalidConfigError",
     "LedgerMissingError",

@@ -35,6 +35,7 @@ from langgraph.checkpoint.serde.base import SerializerProtocol, maybe_add_typed_
 from langgraph.checkpoint.serde.jsonplus import JsonPlusSerializer
 
 from langgraph_colosseum._core.codec import TypeRegistry, default_registry
+from langgraph_colosseum._core.crypt import Encryption
 from langgraph_colosseum._core.hot import DEFAULT_HOT_TTL, KEY_PREFIX, HotHead
 from langgraph_colosseum._core.io import Operation
 from langgraph_colosseum._core.shapes import DEFAULT_SNAPSHOT_EVERY
@@ -70,8 +71,10 @@ class ColosseumSaverBase(BaseCheckpointSaver[str], abc.ABC, Generic[ThreadsT]):
         cache: Any = None,
         hot_ttl: timedelta = DEFAULT_HOT_TTL,
         cache_prefix: str = KEY_PREFIX,
+        encryption: Encryption | None = None,
     ) -> None:
-        """`cache`: the driver's Redis client for the hot head, or None for none."""
+        """`cache`: the driver's Redis client for the hot head, or None for none.
+        `encryption`: AES-256-GCM keys sealing every stored value (_core/crypt.py)."""
         self.types: TypeRegistry = default_registry()
         for cls in types:
             self.types.register(cls)
@@ -83,7 +86,7 @@ class ColosseumSaverBase(BaseCheckpointSaver[str], abc.ABC, Generic[ThreadsT]):
             serde=serde or JsonPlusSerializer(allowed_msgpack_modules=self._msgpack_allowlist())
         )
         self._store = CheckpointStore(
-            ValueCodec(self.serde, self.types),
+            ValueCodec(self.serde, self.types, encryption),
             page_size=page_size,
             snapshot_every=snapshot_every,
         )
@@ -131,7 +134,9 @@ class ColosseumSaverBase(BaseCheckpointSaver[str], abc.ABC, Generic[ThreadsT]):
         clone = super().with_allowlist(extra_allowlist)
         if clone is not self:
             assert isinstance(clone, ColosseumSaverBase)
-            clone._store = self._store.with_codec(ValueCodec(clone.serde, clone.types))
+            clone._store = self._store.with_codec(
+                ValueCodec(clone.serde, clone.types, self._store.codec.encryption)
+            )
         return clone
 
     def _use_serde(self, serde: SerializerProtocol) -> None:

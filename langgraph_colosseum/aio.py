@@ -15,6 +15,7 @@ from psycopg_pool import AsyncConnectionPool
 from langgraph_colosseum._base import ColosseumSaverBase
 from langgraph_colosseum._core import io
 from langgraph_colosseum._core import threads as threads_ops
+from langgraph_colosseum._core.crypt import Encryption
 from langgraph_colosseum._core.hot import DEFAULT_HOT_TTL, KEY_PREFIX
 from langgraph_colosseum._core.io import CacheCall, CacheDrop, Operation, Request
 from langgraph_colosseum._core.shapes import DEFAULT_SNAPSHOT_EVERY
@@ -69,6 +70,7 @@ class AsyncColosseumSaver(ColosseumSaverBase[AsyncThreads]):
         hot_ttl: timedelta = DEFAULT_HOT_TTL,
         cache_prefix: str = KEY_PREFIX,
         pgbouncer: bool = False,
+        encryption: Encryption | None = None,
     ) -> None:
         """`cache`: a `redis.asyncio.Redis` or `RedisCluster` for the hot head (see
         `ColosseumSaver`)."""
@@ -81,6 +83,7 @@ class AsyncColosseumSaver(ColosseumSaverBase[AsyncThreads]):
             cache=cache,
             hot_ttl=hot_ttl,
             cache_prefix=cache_prefix,
+            encryption=encryption,
         )
         if pgbouncer:
             require_transaction_mode_safe(conn)

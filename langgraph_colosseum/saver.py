@@ -19,6 +19,7 @@ from psycopg_pool import ConnectionPool
 from langgraph_colosseum._base import ColosseumSaverBase
 from langgraph_colosseum._core import io
 from langgraph_colosseum._core import threads as threads_ops
+from langgraph_colosseum._core.crypt import Encryption
 from langgraph_colosseum._core.hot import DEFAULT_HOT_TTL, KEY_PREFIX
 from langgraph_colosseum._core.io import CacheCall, CacheDrop, Operation, Request
 from langgraph_colosseum._core.shapes import DEFAULT_SNAPSHOT_EVERY
@@ -70,6 +71,7 @@ class ColosseumSaver(ColosseumSaverBase[Threads]):
         hot_ttl: timedelta = DEFAULT_HOT_TTL,
         cache_prefix: str = KEY_PREFIX,
         pgbouncer: bool = False,
+        encryption: Encryption | None = None,
     ) -> None:
         """`cache`: a `redis.Redis` or `redis.cluster.RedisCluster` for the hot head;
         its keys are `cache_prefix` + `{thread_id}`, and idle ones expire after `hot_ttl`."""
@@ -82,6 +84,7 @@ class ColosseumSaver(ColosseumSaverBase[Threads]):
             cache=cache,
             hot_ttl=hot_ttl,
             cache_prefix=cache_prefix,
+            encryption=encryption,
         )
         if pgbouncer:
             require_transaction_mode_safe(conn)

@@ -621,7 +621,7 @@ seed_chain(depth, top, channel, version, base_version, known) AS (
     ) AS b
     WHERE NOT seed_chain.known  -- the caller holds this seed already decoded
 ) CYCLE channel, version SET in_cycle USING visited
-SELECT 'write', chain.depth, w.channel, w.task_id, w.task_path, w.idx, NULL, NULL,
+SELECT 'write', chain.depth, w.channel, w.task_id, w.task_path, w.idx, chain.checkpoint_id, NULL,
        w.encoding, w.value::text, w.value_bytes, w.value_type
 FROM chain
 CROSS JOIN LATERAL (
@@ -645,7 +645,7 @@ CROSS JOIN LATERAL (
     LIMIT 1
 ) AS v
 UNION ALL
-SELECT 'frozen', chain.depth, h.channel, h.task_id, NULL, h.seq, NULL, NULL,
+SELECT 'frozen', chain.depth, h.channel, h.task_id, NULL, h.seq, chain.checkpoint_id, NULL,
        h.encoding, h.value::text, h.value_bytes, h.value_type
 FROM chain
 CROSS JOIN LATERAL (

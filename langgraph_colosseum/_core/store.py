@@ -34,6 +34,13 @@ from langgraph.checkpoint.serde.types import ERROR, INTERRUPT
 from langgraph_colosseum._core import schema, shapes, sql
 from langgraph_colosseum._core.bases import DEFAULT_MAX_BYTES, BaseCache, ChannelKey
 from langgraph_colosseum._core.codec import in_jsonb_order, is_object_key
+from langgraph_colosseum._core.crypt import (
+    RowSealError,
+    frozen_aad,
+    is_sealed,
+    value_aad,
+    write_aad,
+)
 from langgraph_colosseum._core.guard import RUN_OWNER
 from langgraph_colosseum._core.hot import CorruptHeadError, HotHead, write_field
 from langgraph_colosseum._core.io import (
@@ -476,10 +483,15 @@ class CheckpointStore:
         }
         seeds = {ch: seed_values.value(key) for ch, key in seed_keys.items()}
         frozen: dict[str, list[tuple[int, int, str | None, Any]]] = {}
-        for kind, depth, channel, task_id, task_path, idx, _, _, *stored in rows:
+        for kind, depth, channel, task_id, task_path, idx, checkpoint_id, _, *stored in rows:
             if kind in ("known", "value", "base"):
                 continue
-            value = self._load(thread_id, checkpoint_ns, "?", channel, *stored)
+            aad = (write_aad if kind == "write" else frozen_aad)(
+                *(thread_id, checkpoint_ns, checkpoint_id),
+                *((task_id, idx, channel) if kind == "write" else (channel, idx, task_id)),
+                stored[0],
+            )
+            value = self._load(thread_id, checkpoint_ns, checkpoint_id, channel, *stored, aad=aad)
             if kind == "write":
                 key = writes_sort_key(task_path, task_id, idx)
                 writes[channel].append((depth, key, (task_id, channel, value)))
@@ -539,8 +551,9 @@ class CheckpointStore:
             "versions": [str(v) for v in new_versions.values()],
             **self._registry_params(config, checkpoint_ns, values, new_versions, planned),
         }
+        sealed = self._seal_values(thread_id, checkpoint_ns, new_versions, planned)
         ((missing_bases, inserted, fenced, writes_before, incarnation, stale),) = yield Query(
-            sql.PUT, {**params, **_value_columns(planned)}, prepare=None
+            sql.PUT, {**params, **_value_columns(sealed)}, prepare=None
         )
         if fenced:
             raise ThreadBusyError(thread_id)
@@ -556,8 +569,9 @@ class CheckpointStore:
                 else (stored, base)
                 for (stored, base), (ch, v) in zip(planned, new_versions.items())
             ]
+            sealed = self._seal_values(thread_id, checkpoint_ns, new_versions, planned)
             ((missing_bases, inserted, fenced, writes_before, incarnation, stale),) = yield Query(
-                sql.PUT, {**params, **_value_columns(planned)}
+                sql.PUT, {**params, **_value_columns(sealed)}
             )
             if fenced:
                 raise ThreadBusyError(thread_id)
@@ -581,10 +595,37 @@ class CheckpointStore:
                 writes_before,
                 [
                     (ch, str(v), stored)
-                    for (ch, v), (stored, _) in zip(new_versions.items(), planned)
+                    for (ch, v), stored in zip(new_versions.items(), sealed)
                 ],
             ))  # fmt: skip
         return checkpoint_config(thread_id, checkpoint_ns, checkpoint_id)
+
+    def _seal_values(
+        self,
+        thread_id: str,
+        checkpoint_ns: str,
+        new_versions: ChannelVersions,
+        planned: list[tuple[StoredValue, shapes.Base | None]],
+    ) -> list[StoredValue]:
+        """The value rows as stored (and as the Redis head carries them): each
+        encrypted channel's row sealed on its own, bound to its identity."""
+        if self.codec.encryption is None:
+            return [stored for stored, _ in planned]
+        return [
+            self.codec.seal(
+                stored,
+                channel,
+                value_aad(
+                    thread_id,
+                    checkpoint_ns,
+                    channel,
+                    str(version),
+                    stored.encoding,
+                    stored.base_version,
+                ),
+            )
+            for (channel, version), (stored, _) in zip(new_versions.items(), planned)
+        ]
 
     def _registry_params(
         self,
@@ -609,6 +650,10 @@ class CheckpointStore:
             for channel, (stored, base) in zip(new_versions, planned):
                 if channel.startswith("__") or ":" in channel:
                     continue  # LangGraph's own channels (tasks, branches) are not state
+                if self.codec.encrypts(channel):
+                    # The registry's copy would be plaintext beside the ciphertext.
+                    values_del.append(channel)
+                    continue
                 text = stored.json if stored.encoding == JSON else None
                 if text is None and base is not None and stored.encoding in DELTA_ENCODINGS:
                     # A delta row: the base knows the value's size without encoding it.
@@ -704,6 +749,17 @@ class CheckpointStore:
             if all(channel != ERROR for channel, _ in writes):
                 yield from self.put_writes(config, [(ERROR, exc)], task_id, task_path)
             raise
+        if self.codec.encryption is not None:
+            stored = [
+                self.codec.seal(
+                    row,
+                    channel,
+                    write_aad(
+                        thread_id, checkpoint_ns, checkpoint_id, task_id, idx, channel, row.encoding
+                    ),
+                )
+                for (idx, (channel, _)), row in zip(by_idx.items(), stored)
+            ]
         params = {
             "thread_id": thread_id,
             "checkpoint_ns": checkpoint_ns,
@@ -766,6 +822,12 @@ class CheckpointStore:
 
     def copy_thread(self, source_thread_id: str, target_thread_id: str) -> Operation[None]:
         """Copy every checkpoint, value, write and frozen history: the whole chain."""
+        if self.codec.encryption is not None:
+            raise NotImplementedError(
+                "copy_thread is not available with encryption=: each row is bound to its "
+                "thread (AES-GCM associated data), so a copy must be re-encrypted, which "
+                "this version does not do"
+            )
         params = {"source": str(source_thread_id), "target": str(target_thread_id)}
         self.bases.forget_threads([params["target"]])
         self.seeds.forget_threads([params["target"]])
@@ -965,6 +1027,11 @@ class CheckpointStore:
             stored = self.codec.dump(
                 values.value(key), Where(thread_id, checkpoint_ns, None, channel)
             )
+            stored = self.codec.seal(
+                stored,
+                channel,
+                value_aad(thread_id, checkpoint_ns, channel, version, stored.encoding, None),
+            )
             queries.append(
                 Query(
                     sql.MAKE_FULL,
@@ -1019,6 +1086,16 @@ class CheckpointStore:
             seqs.append(seq)
             task_ids.append(task_id)
             stored.append(self.codec.dump(value, where))
+        stored = [
+            self.codec.seal(
+                row,
+                channel,
+                frozen_aad(
+                    thread_id, checkpoint_ns, checkpoint_id, channel, seq, task_id, row.encoding
+                ),
+            )
+            for row, seq, task_id in zip(stored, seqs, task_ids)
+        ]
         params = {
             "thread_id": thread_id,
             "checkpoint_ns": checkpoint_ns,
@@ -1057,13 +1134,22 @@ class CheckpointStore:
             if key not in values.values and row_ is None:
                 continue  # no value stored for this version (as InMemorySaver)
             if row_ is not None and row_.encoding == EMPTY_ENCODING:
+                if self.codec.encryption is not None:
+                    try:  # an "empty" that is not sealed as one would hide the value
+                        self.codec.open_value_row(row_)
+                    except RowSealError as exc:
+                        raise corrupt_row(key[:3], checkpoint_id, exc) from None
                 continue
             channel_values[channel] = values.value(key, checkpoint_id)
         pending: list[tuple[tuple[str, str, int], PendingWrite]] = []
         for i, channel in enumerate(w_channels or ()):
+            aad = write_aad(
+                thread_id, checkpoint_ns, checkpoint_id, w_task_ids[i], w_idxs[i], channel,
+                w_encodings[i],
+            )  # fmt: skip
             value = self._load(
                 thread_id, checkpoint_ns, checkpoint_id, channel,
-                w_encodings[i], w_jsons[i], w_datas[i], w_types[i],
+                w_encodings[i], w_jsons[i], w_datas[i], w_types[i], aad=aad,
             )  # fmt: skip
             key_ = writes_sort_key(w_task_paths[i], w_task_ids[i], w_idxs[i])
             pending.append((key_, (w_task_ids[i], channel, value)))
@@ -1118,8 +1204,12 @@ class CheckpointStore:
         json: str | None,
         data: bytes | None,
         type_: str | None,
+        *,
+        aad: bytes,
     ) -> Any:
+        """A pending write or frozen history value; `aad` is its row's identity."""
         try:
+            json, data, type_, _ = self.codec.open(channel, json, data, type_, aad)
             return self.codec.load(encoding, json, data, type_)
         except Exception as exc:
             raise corrupt_row((thread_id, checkpoint_ns, channel), checkpoint_id, exc) from exc
@@ -1258,8 +1348,14 @@ def _row_size(row: ValueRow) -> int:
     return len(row.data or b"") + (len(orjson.dumps(row.parsed)) if row.parsed is not None else 0)
 
 
-def _value_columns(planned: list[tuple[StoredValue, Any]]) -> dict[str, list[Any]]:
-    stored = [s for s, _ in planned]
+def _json_size(row: ValueRow) -> int:
+    """A row's encoded size; a sealed row's ciphertext stands for its JSON."""
+    if row.parsed is not None:
+        return len(orjson.dumps(row.parsed))
+    return len(row.data or b"") if is_sealed(row.type) else 0
+
+
+def _value_columns(stored: list[StoredValue]) -> dict[str, list[Any]]:
     return {
         **columns(stored),
         "bases": [s.base_version for s in stored],
@@ -1280,9 +1376,9 @@ def _chain_size(values: Materializer, key: ValueKey) -> tuple[int, int, int]:
     # Called after the chain was rebuilt (which rejects cycles): it ends at a full row.
     while row is not None and row.encoding in DELTA_ENCODINGS:
         depth += 1
-        delta_bytes += len(orjson.dumps(row.parsed))
+        delta_bytes += _json_size(row)
         row = values.rows.get((*key[:3], row.base_version))
-    full_bytes = len(orjson.dumps(row.parsed)) if row is not None and row.parsed is not None else 0
+    full_bytes = _json_size(row) if row is not None else 0
     return depth, delta_bytes, full_bytes
 
 

@@ -16,8 +16,9 @@ from typing import Any, Literal
 from langgraph.checkpoint.base import writes_sort_key
 from langgraph.checkpoint.serde.types import TASKS
 
+from langgraph_colosseum._core.crypt import RowSealError, write_aad
 from langgraph_colosseum._core.io import Operation, Query, Sleep
-from langgraph_colosseum._core.values import ValueCodec
+from langgraph_colosseum._core.values import ValueCodec, corrupt_row
 from langgraph_colosseum.errors import (
     CodecError,
     CorruptRowError,
@@ -359,7 +360,10 @@ def messages(
             {"id": cid, "step": step, "ts": ts, "source": source, "version": version, "w": []},
         )
         if ch is not None:  # a checkpoint without such writes still dates its parent's
-            at["w"].append((writes_sort_key(path, task_id, idx), path, ch, enc, json, data, type_))
+            aad = write_aad(thread_id, "", cid, task_id, idx, ch, enc)
+            at["w"].append(
+                (writes_sort_key(path, task_id, idx), path, ch, enc, json, data, type_, aad)
+            )
     branch = [by_depth[depth] for depth in sorted(by_depth, reverse=True)]  # oldest first
     values = yield from store.channel_values(
         thread_id, "", channel, [at["version"] for at in branch if at["version"] is not None]
@@ -380,7 +384,11 @@ def messages(
             entries.extend(_written(written, before, after, where))
         before = after
         written, next_sends = [], []
-        for _, path, ch, enc, json, data, type_ in sorted(at["w"], key=lambda w: w[0]):
+        for _, path, ch, enc, json, data, type_, aad in sorted(at["w"], key=lambda w: w[0]):
+            try:
+                json, data, type_, _ = codec.open(ch, json, data, type_, aad)
+            except RowSealError as exc:
+                raise corrupt_row((thread_id, "", ch), at["id"], exc) from None
             value = codec.load(enc, json, data, type_)
             if ch == TASKS:
                 next_sends.append(getattr(value, "node", "?"))

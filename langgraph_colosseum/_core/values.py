@@ -27,6 +27,7 @@ from langgraph.checkpoint.serde.encrypted import EncryptedSerializer
 
 from langgraph_colosseum._core import shapes
 from langgraph_colosseum._core.codec import TypeRegistry, is_object_key
+from langgraph_colosseum._core.crypt import Encryption, RowSealError, is_sealed, value_aad
 from langgraph_colosseum.errors import (
     CodecError,
     CorruptRowError,
@@ -98,11 +99,58 @@ class ValueRow(NamedTuple):
 class ValueCodec:
     """Typed jsonb first, serde bytes as the fallback."""
 
-    def __init__(self, serde: SerializerProtocol, registry: TypeRegistry) -> None:
+    def __init__(
+        self,
+        serde: SerializerProtocol,
+        registry: TypeRegistry,
+        encryption: Encryption | None = None,
+    ) -> None:
         self.serde = serde
         self.registry = registry
         self.jsonb_values = not isinstance(serde, EncryptedSerializer)
         self.matching_registry = registry.matching()
+        self.encryption = encryption
+
+    def encrypts(self, channel: str) -> bool:
+        """Whether rows of `channel` are stored sealed (see _core/crypt.py)."""
+        return self.encryption is not None and self.encryption.encrypts(channel)
+
+    def seal(self, stored: StoredValue, channel: str, aad: bytes) -> StoredValue:
+        """The row as stored: sealed when `channel` is encrypted, else as it is."""
+        if not self.encrypts(channel):
+            return stored
+        assert self.encryption is not None
+        sealed = self.encryption.seal(stored.encoding, stored.json, stored.data, stored.type, aad)
+        return stored._replace(json=sealed.json, data=sealed.data, type=sealed.type)
+
+    def open(
+        self, channel: str, json: Any, data: bytes | None, type_: str | None, aad: bytes
+    ) -> tuple[Any, bytes | None, str | None, bool]:
+        """(json, data, type, opened) of a stored row: a sealed row opened (its json
+        as text), a plaintext one as it is. `RowSealError` when the row is not what
+        this saver's encryption requires, or does not open: fail closed."""
+        encryption = self.encryption
+        if encryption is None:
+            if is_sealed(type_):
+                raise RowSealError("the row is encrypted and this saver has no encryption= keys")
+            return json, data, type_, False
+        if not is_sealed(type_) and not encryption.encrypts(channel):
+            return json, data, type_, False  # a channel listed as plaintext
+        opened = encryption.open(json, data, type_, aad)
+        return opened.json, opened.data, opened.type, True
+
+    def open_value_row(self, row: ValueRow) -> ValueRow:
+        """`row` with its columns in plaintext (see `open`)."""
+        if self.encryption is None and not is_sealed(row.type):
+            return row
+        thread_id, checkpoint_ns, channel, version = row.key
+        aad = value_aad(thread_id, checkpoint_ns, channel, version, row.encoding, row.base_version)
+        json, data, type_, opened = self.open(channel, row.parsed, row.data, row.type, aad)
+        if not opened:
+            return row
+        return row._replace(
+            parsed=orjson.loads(json) if json is not None else None, data=data, type=type_
+        )
 
     def encode(self, value: Any) -> tuple[Any, str]:
         """Typed-codec data and its JSON text; `UnsupportedValueError` if it cannot."""
@@ -260,6 +308,10 @@ class Materializer:
                 raise self._error(
                     key, checkpoint_id, f"value row for version {cursor[3]!r} is missing"
                 )
+            try:
+                row = self.codec.open_value_row(row)
+            except RowSealError as exc:
+                raise self._error(cursor, checkpoint_id, f"version {cursor[3]!r}: {exc}") from None
             if row.encoding not in DELTA_ENCODINGS:
                 self.values[cursor] = self._load_full(row, checkpoint_id)
                 break

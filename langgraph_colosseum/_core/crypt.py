@@ -1,0 +1,178 @@
+"""Encryption at rest: each stored row sealed on its own with AES-256-GCM.
+
+A sealed row keeps its columns' meaning for SQL (encoding, base version,
+depth), so delta chains are followed and collected as before, and a step still
+writes only what changed; the value itself moves into ``value_bytes`` as
+``nonce || ciphertext+tag``, ``value`` (jsonb) is NULL and ``value_type`` is
+``aes256gcm:<key id>``. The Redis head carries the row exactly as Postgres
+holds it, so it is ciphertext there too.
+
+Invariants (tests/integration/test_encryption.py):
+
+* The row's identity is the associated data: thread, namespace, channel and
+  version (value rows, with encoding and base version), or thread, namespace,
+  checkpoint, task, idx and channel (pending writes). A row moved to another
+  place, or its base pointer or encoding changed, fails the tag.
+* Fail closed: with encryption on, a row of a channel that is not listed as
+  plaintext must be sealed. A plaintext row, an unknown key id, a short or
+  damaged ciphertext are `RowSealError`, which readers report as
+  `CorruptRowError` naming the row; never data.
+* Several keys are live at once: new rows use `current`, any listed key opens.
+"""
+
+from __future__ import annotations
+
+import os
+from collections.abc import Iterable, Mapping
+from typing import Any, NamedTuple
+
+import orjson
+
+MARK = "aes256gcm:"
+NONCE_BYTES = 12
+KEY_BYTES = 32
+
+
+class RowSealError(ValueError):
+    """A row that should be sealed is not, or does not open."""
+
+
+class Sealed(NamedTuple):
+    json: str | None
+    data: bytes | None
+    type: str | None
+
+
+class Encryption:
+    """AES-256-GCM keys for `encryption=` of the savers.
+
+    `keys` maps a key id to 32 key bytes; `current` (default: the first) seals
+    new rows, every key opens rows sealed with it. `plaintext_channels` stay
+    jsonb, queryable with SQL and by ``threads.search(values=...)``.
+
+    Example:
+        >>> enc = Encryption({"2026-11": os.urandom(32)}, plaintext_channels=["status"])
+        >>> saver = ColosseumSaver.from_conn_string(dsn, encryption=enc)
+    """
+
+    def __init__(
+        self,
+        keys: Mapping[str, bytes],
+        *,
+        current: str | None = None,
+        plaintext_channels: Iterable[str] = (),
+    ) -> None:
+        try:
+            from cryptography.hazmat.primitives.ciphers.aead import AESGCM
+        except ImportError as exc:  # pragma: no cover
+            raise ImportError(
+                "encryption= needs the `cryptography` package: "
+                "pip install 'langgraph-colosseum[encryption]'"
+            ) from exc
+        if not keys:
+            raise ValueError("encryption needs at least one key")
+        self._ciphers = {}
+        for key_id, key in keys.items():
+            if type(key_id) is not str or not key_id or not key_id.isprintable():
+                raise ValueError(f"a key id must be a non-empty printable string, got {key_id!r}")
+            if not isinstance(key, bytes | bytearray) or len(key) != KEY_BYTES:
+                raise ValueError(f"key {key_id!r} must be {KEY_BYTES} bytes (AES-256)")
+            self._ciphers[key_id] = AESGCM(bytes(key))
+        self.current = next(iter(keys)) if current is None else current
+        if self.current not in self._ciphers:
+            raise ValueError(f"the current key {self.current!r} is not among the keys")
+        self.plaintext_channels = frozenset(plaintext_channels)
+
+    def __repr__(self) -> str:  # never the keys themselves
+        return f"Encryption(key_ids={list(self._ciphers)!r}, current={self.current!r})"
+
+    def encrypts(self, channel: str) -> bool:
+        return channel not in self.plaintext_channels
+
+    def seal(
+        self, encoding: str, json: str | None, data: bytes | None, type_: str | None, aad: bytes
+    ) -> Sealed:
+        nonce = os.urandom(NONCE_BYTES)
+        body = self._ciphers[self.current].encrypt(nonce, _plain(json, data, type_), aad)
+        return Sealed(None, nonce + body, MARK + self.current)
+
+    def open(self, json: Any, data: bytes | None, type_: str | None, aad: bytes) -> Sealed:
+        """The row's plaintext columns (json as text); `RowSealError` if it is not sealed
+        or does not open."""
+        if type_ is None or not type_.startswith(MARK):
+            raise RowSealError("the row is plaintext where ciphertext is expected")
+        key_id = type_[len(MARK) :]
+        cipher = self._ciphers.get(key_id)
+        if cipher is None:
+            raise RowSealError(f"the row is sealed with key id {key_id!r}, which is not configured")
+        if json is not None or data is None or len(data) < NONCE_BYTES + 16:
+            raise RowSealError("the row's ciphertext is missing or truncated")
+        from cryptography.exceptions import InvalidTag
+
+        try:
+            plain = cipher.decrypt(data[:NONCE_BYTES], data[NONCE_BYTES:], aad)
+        except InvalidTag:
+            raise RowSealError(
+                "the row's authentication tag does not match (altered, or moved from another row)"
+            ) from None
+        return _unplain(plain)
+
+    def is_current(self, type_: str | None) -> bool:
+        return type_ == MARK + self.current
+
+
+def is_sealed(type_: str | None) -> bool:
+    return type_ is not None and type_.startswith(MARK)
+
+
+def _plain(json: str | None, data: bytes | None, type_: str | None) -> bytes:
+    # One tag byte says which columns the row had: j(son), s(erde), n(othing).
+    if json is not None:
+        return b"j" + json.encode()
+    if data is not None or type_ is not None:
+        return b"s" + (type_ or "").encode() + b"\0" + (data or b"")
+    return b"n"
+
+
+def _unplain(plain: bytes) -> Sealed:
+    tag, body = plain[:1], plain[1:]
+    if tag == b"j":
+        return Sealed(body.decode(), None, None)
+    if tag == b"s":
+        type_, _, data = body.partition(b"\0")
+        return Sealed(None, data, type_.decode())
+    return Sealed(None, None, None)
+
+
+def value_aad(
+    thread_id: str, checkpoint_ns: str, channel: str, version: str, encoding: str, base: str | None
+) -> bytes:
+    return orjson.dumps(["v", thread_id, checkpoint_ns, channel, version, encoding, base])
+
+
+def write_aad(
+    thread_id: str,
+    checkpoint_ns: str,
+    checkpoint_id: str,
+    task_id: str,
+    idx: int,
+    channel: str,
+    encoding: str,
+) -> bytes:
+    return orjson.dumps(
+        ["w", thread_id, checkpoint_ns, checkpoint_id, task_id, idx, channel, encoding]
+    )
+
+
+def frozen_aad(
+    thread_id: str,
+    checkpoint_ns: str,
+    checkpoint_id: str,
+    channel: str,
+    seq: int,
+    task_id: str | None,
+    encoding: str,
+) -> bytes:
+    return orjson.dumps(
+        ["f", thread_id, checkpoint_ns, checkpoint_id, channel, seq, task_id, encoding]
+    )
