@@ -542,6 +542,34 @@ def prune(
     typer.echo(f"{'deleted' if delete else 'pruned'} {len(thread_ids)} thread(s)")
 
 
+@_command()
+def ui(
+    host: str = typer.Option(
+        "127.0.0.1", help="Address to listen on. Anything but loopback needs the printed token."
+    ),
+    port: int = typer.Option(8765, min=0, max=65535, help="Port (0: any free port)."),
+    read_only: bool = typer.Option(
+        False, "--read-only", help="No actions: no fork, delete or prune from the browser."
+    ),
+) -> None:
+    """The web inspector: threads, checkpoint trees, diffs, the tool ledger, live.
+
+    Serves the configured database (or the embedded one) on http://127.0.0.1:8765/
+    and prints the URL. Needs the ui extra: pip install 'langgraph-colosseum[ui]'.
+    """
+    try:
+        from langgraph_colosseum.ui.server import serve
+    except ImportError as exc:
+        raise Fail(
+            f"the web inspector needs the ui extra ({exc.name} is not installed): "
+            "pip install 'langgraph-colosseum[ui]'"
+        ) from None
+    try:
+        serve(host=host, port=port, read_only=read_only, echo=typer.echo)
+    except OSError as exc:
+        raise Fail(f"cannot listen on {host}:{port}: {exc.strerror or exc}") from None
+
+
 @_command("export")
 def export_thread(
     thread: Annotated[str, typer.Argument(help="A thread id, or a unique prefix of one.")],

@@ -20,6 +20,7 @@ import base64
 import dataclasses
 import enum
 import json
+import uuid
 from collections.abc import Callable, Iterable, Iterator, Mapping
 from dataclasses import dataclass
 from datetime import date, datetime, time
@@ -28,7 +29,7 @@ from typing import TYPE_CHECKING, Any
 from uuid import UUID
 
 from langchain_core.messages import BaseMessage
-from langgraph.checkpoint.base import CheckpointTuple
+from langgraph.checkpoint.base import CheckpointTuple, create_checkpoint
 
 from langgraph_colosseum._core import inspection as ops
 from langgraph_colosseum._core import threads as thread_ops
@@ -187,6 +188,117 @@ class Inspector:
             )
             out.append(entry)
         return out
+
+    def thread_sizes(self, thread_ids: Iterable[str]) -> dict[str, dict[str, int]]:
+        """thread id -> {"checkpoints": n, "bytes": stored bytes} for a page of threads."""
+        sizes = self._run(ops.thread_sizes(list(thread_ids)))
+        return {t: {"checkpoints": n, "bytes": size} for t, (n, size) in sizes.items()}
+
+    def tree(self, thread: str, *, checkpoint_ns: str = "", limit: int = 500) -> dict[str, Any]:
+        """The checkpoint tree of a thread's namespace: its newest `limit` checkpoints
+        (each with its parent, so forks are branches, and the nodes its step ran)
+        and the head's id."""
+        thread_id = self.thread_id(thread)
+        page = self.history(thread_id, checkpoint_ns=checkpoint_ns, limit=limit)
+        info = self.saver.threads.get(thread_id)
+        head = info.head_checkpoint_id if info and not checkpoint_ns else None
+        if head is None and page.items:
+            head = page.items[0]["checkpoint_id"]
+        ids = [row["checkpoint_id"] for row in page.items]
+        ids += [r["parent_checkpoint_id"] for r in page.items if r["parent_checkpoint_id"]]
+        seen = self._run(ops.tree_versions(thread_id, checkpoint_ns, sorted(set(ids))))
+        for row in page.items:
+            parent = seen.get(row["parent_checkpoint_id"] or "", {})
+            row["nodes"] = nodes_run(seen.get(row["checkpoint_id"], {}), parent)
+        return {"thread_id": thread_id, "checkpoint_ns": checkpoint_ns, "total": page.total,
+                "head": head, "nodes": page.items}  # fmt: skip
+
+    def checkpoint_view(
+        self, thread: str, checkpoint: str | None = None, *, channel: str = "messages",
+        checkpoint_ns: str = "",
+    ) -> dict[str, Any]:  # fmt: skip
+        """One checkpoint as a person reads it: the messages of `channel` (role, name,
+        text, tool calls, tool results), the other channels, pending writes,
+        interrupts, the nodes that run next, the metadata."""
+        found = self.checkpoint(thread, checkpoint, checkpoint_ns)
+        values = found.checkpoint["channel_values"]
+        messages = values.get(channel)
+        writes = found.pending_writes or []
+        parent = (
+            found.parent_config["configurable"]["checkpoint_id"] if found.parent_config else None
+        )
+        return {
+            "thread_id": found.config["configurable"]["thread_id"],
+            "checkpoint_id": found.checkpoint["id"],
+            "parent_checkpoint_id": parent,
+            "ts": found.checkpoint.get("ts"),
+            "metadata": readable(found.metadata),
+            "messages": [message_view(m) for m in messages] if _is_messages(messages) else None,
+            "channels": {
+                k: readable(v)
+                for k, v in values.items()
+                if not (k == channel and messages is not None and _is_messages(messages))
+                and not k.startswith(INTERNAL_CHANNELS)
+            },
+            "pending_writes": [
+                {"task_id": task, "channel": ch, "value": readable(value)}
+                for task, ch, value in writes
+                if ch != "__interrupt__"
+            ],
+            "interrupts": [readable(value) for _, ch, value in writes if ch == "__interrupt__"],
+            "next": next_nodes(found.checkpoint),
+        }
+
+    def runs(self, thread: str) -> dict[str, Any]:
+        """The runs that wrote the thread's checkpoints, and who holds its run guard."""
+        thread_id = self.thread_id(thread)
+        found, guard = self._run(ops.runs(thread_id))
+        out: dict[str, Any] = {
+            "thread_id": thread_id,
+            "runs": [
+                {
+                    "run_id": r[0],
+                    "checkpoints": int(r[1]),
+                    "first_checkpoint_id": r[2],
+                    "last_checkpoint_id": r[3],
+                    "started": r[4],
+                    "ended": r[5],
+                }
+                for r in found
+            ],
+            "guard": None,
+        }
+        if guard is not None and guard[0] is not None:
+            owner, token, until, live = guard
+            out["guard"] = {"owner": owner, "token": int(token), "lease_until": readable(until),
+                            "held": bool(live)}  # fmt: skip
+        return out
+
+    def fork(self, thread: str, checkpoint: str, new_thread_id: str | None = None) -> str:
+        """Copy the thread to `new_thread_id` (default: a fresh id) and make the copy
+        of `checkpoint` its head, as `graph.update_state(config_at_checkpoint, None)`
+        would: a new checkpoint with the same values whose parent is `checkpoint`.
+        The source thread is not changed. Returns the new thread's id.
+
+        Example:
+            >>> new_id = Inspector(saver).fork("t1", "1f0a")
+            >>> graph.invoke(None, {"configurable": {"thread_id": new_id}})
+        """
+        thread_id = self.thread_id(thread)
+        found = self.checkpoint(thread_id, checkpoint)
+        target = new_thread_id or f"{thread_id}-fork-{uuid.uuid4().hex[:8]}"
+        if self._run(ops.any_checkpoint(target)):
+            raise InvalidConfigError(f"thread {target!r} already exists; choose another id")
+        self.saver.copy_thread(thread_id, target)
+        fork_point = checkpoint_config(target, "", found.checkpoint["id"])
+        step = found.metadata.get("step", -1)
+        self.saver.put(
+            fork_point,
+            create_checkpoint(found.checkpoint, None, step),
+            {"source": "fork", "step": step + 1, "parents": {}},
+            {},
+        )
+        return target
 
     # ------------------------------------------------------------ export / import
 
@@ -429,6 +541,73 @@ _ABSENT = object()  # a channel missing from one side of a diff (None is a value
 def _is_message_list(value: Any) -> bool:
     return isinstance(value, list) and all(
         isinstance(m, BaseMessage) and m.id is not None for m in value
+    )
+
+
+def _is_messages(value: Any) -> bool:
+    return (
+        isinstance(value, list) and bool(value) and all(isinstance(m, BaseMessage) for m in value)
+    )
+
+
+def message_view(message: BaseMessage) -> dict[str, Any]:
+    """A message as a conversation shows it: role, name, text, tool calls, tool result.
+
+    Example:
+        >>> message_view(ToolMessage("42", tool_call_id="c1", name="price"))
+        {'role': 'tool', 'name': 'price', 'id': None, 'text': '42', 'tool_calls': [],
+         'tool_call_id': 'c1', 'status': 'success'}
+    """
+    return {
+        "role": message.type,
+        "name": message.name,
+        "id": message.id,
+        "text": message_text(message.content),  # the content alone: tool calls follow
+        "tool_calls": [
+            {"id": c.get("id"), "name": c.get("name"), "args": readable(c.get("args", {}))}
+            for c in getattr(message, "tool_calls", None) or []
+        ],
+        "tool_call_id": getattr(message, "tool_call_id", None),
+        "status": getattr(message, "status", None),
+    }
+
+
+def next_nodes(checkpoint: Mapping[str, Any]) -> list[str]:
+    """The nodes a checkpoint runs next: those whose trigger channel
+    (`branch:to:NODE`, or `__start__`) holds a value the node has not seen.
+
+    Agrees with LangGraph's `graph.get_state(config).next` without the graph.
+
+    Example:
+        >>> next_nodes(saver.get_tuple(config).checkpoint)
+        ['tools']
+    """
+    versions = checkpoint.get("channel_versions", {})
+    seen = checkpoint.get("versions_seen", {})
+    filled = checkpoint.get("channel_values", {})
+    out = []
+    for channel, version in versions.items():
+        if channel == "__start__":
+            node = "__start__"
+        elif channel.startswith("branch:to:"):
+            node = channel[len("branch:to:") :]
+        else:
+            continue
+        last = seen.get(node, {}).get(channel)
+        # A trigger that was read is emptied (its version moves on), so only a
+        # filled one counts.
+        if channel in filled and (last is None or str(version) > str(last)):
+            out.append(node)
+    return sorted(out)
+
+
+def nodes_run(versions_seen: Mapping[str, Any], parent_seen: Mapping[str, Any]) -> list[str]:
+    """The nodes that ran in the step that made a checkpoint: those whose
+    `versions_seen` differs from the parent checkpoint's."""
+    return sorted(
+        node
+        for node, seen in versions_seen.items()
+        if node != "__input__" and seen != parent_seen.get(node)
     )
 
 

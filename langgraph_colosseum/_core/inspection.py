@@ -163,3 +163,70 @@ def write_paths(thread_id: str) -> Operation[dict[tuple[str, str, str], str]]:
 
 def any_checkpoint(thread_id: str) -> Operation[bool]:
     return bool((yield Query(ANY_CHECKPOINT, {"thread_id": thread_id})))
+
+
+# The runs that wrote a thread's checkpoints (LangGraph puts run_id in the
+# metadata; the column keeps it), oldest first.
+RUNS = """
+SELECT run_id, count(*), min(checkpoint_id), max(checkpoint_id),
+       min(checkpoint ->> 'ts'), max(checkpoint ->> 'ts')
+FROM colosseum_checkpoints
+WHERE thread_id = %(thread_id)s AND run_id IS NOT NULL
+GROUP BY run_id
+ORDER BY min(checkpoint_id)
+"""
+
+# Who holds the thread's run guard (saver.run_guard) and until when.
+GUARD = """
+SELECT run_owner, run_token, run_lease_until, coalesce(run_lease_until > now(), false)
+FROM colosseum_threads
+WHERE thread_id = %(thread_id)s
+"""
+
+# Checkpoints and stored bytes (checkpoint and channel-value rows) per thread,
+# for one page of the thread list.
+THREAD_SIZES = """
+SELECT t.thread_id,
+       (SELECT count(*) FROM colosseum_checkpoints c WHERE c.thread_id = t.thread_id),
+       coalesce((SELECT sum(pg_column_size(c.*)) FROM colosseum_checkpoints c
+                 WHERE c.thread_id = t.thread_id), 0)
+       + coalesce((SELECT sum(pg_column_size(v.*)) FROM colosseum_channel_values v
+                   WHERE v.thread_id = t.thread_id), 0)
+FROM unnest(%(thread_ids)s::text[]) AS t(thread_id)
+"""
+
+
+def runs(thread_id: str) -> Operation[tuple[list[tuple], tuple | None]]:
+    """(one row per run that wrote checkpoints, the guard's row or None)."""
+    found = yield Query(RUNS, {"thread_id": thread_id})
+    guard = yield Query(GUARD, {"thread_id": thread_id})
+    return list(found), (guard[0] if guard else None)
+
+
+def thread_sizes(thread_ids: list[str]) -> Operation[dict[str, tuple[int, int]]]:
+    """thread id -> (checkpoints, bytes of their rows); threads without any are absent."""
+    if not thread_ids:
+        return {}
+    rows = yield Query(THREAD_SIZES, {"thread_ids": thread_ids})
+    return {row[0]: (int(row[1]), int(row[2] or 0)) for row in rows}
+
+
+# Which version of each channel every node had seen at each checkpoint of a
+# tree page: compared with the parent's, it names the nodes a step ran.
+TREE_VERSIONS_SEEN = """
+SELECT checkpoint_id, checkpoint -> 'versions_seen'
+FROM colosseum_checkpoints
+WHERE thread_id = %(thread_id)s AND checkpoint_ns = %(checkpoint_ns)s
+  AND checkpoint_id = ANY(%(checkpoint_ids)s)
+"""
+
+
+def tree_versions(
+    thread_id: str, checkpoint_ns: str, checkpoint_ids: list[str]
+) -> Operation[dict[str, dict]]:
+    """checkpoint id -> its versions_seen."""
+    rows = yield Query(
+        TREE_VERSIONS_SEEN,
+        {"thread_id": thread_id, "checkpoint_ns": checkpoint_ns, "checkpoint_ids": checkpoint_ids},
+    )
+    return {row[0]: row[1] or {} for row in rows}
