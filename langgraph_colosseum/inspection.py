@@ -206,7 +206,8 @@ class Inspector:
             head = page.items[0]["checkpoint_id"]
         ids = [row["checkpoint_id"] for row in page.items]
         ids += [r["parent_checkpoint_id"] for r in page.items if r["parent_checkpoint_id"]]
-        seen = self._run(ops.tree_versions(thread_id, checkpoint_ns, sorted(set(ids))))
+        stored = self._run(ops.tree_versions(thread_id, checkpoint_ns, sorted(set(ids))))
+        seen = {cid: self._codec.load_json(text) for cid, text in stored.items()}
         for row in page.items:
             parent = seen.get(row["parent_checkpoint_id"] or "", {})
             row["nodes"] = nodes_run(seen.get(row["checkpoint_id"], {}), parent)

@@ -214,7 +214,7 @@ def thread_sizes(thread_ids: list[str]) -> Operation[dict[str, tuple[int, int]]]
 # Which version of each channel every node had seen at each checkpoint of a
 # tree page: compared with the parent's, it names the nodes a step ran.
 TREE_VERSIONS_SEEN = """
-SELECT checkpoint_id, checkpoint -> 'versions_seen'
+SELECT checkpoint_id, (checkpoint -> 'versions_seen')::text
 FROM colosseum_checkpoints
 WHERE thread_id = %(thread_id)s AND checkpoint_ns = %(checkpoint_ns)s
   AND checkpoint_id = ANY(%(checkpoint_ids)s)
@@ -223,10 +223,10 @@ WHERE thread_id = %(thread_id)s AND checkpoint_ns = %(checkpoint_ns)s
 
 def tree_versions(
     thread_id: str, checkpoint_ns: str, checkpoint_ids: list[str]
-) -> Operation[dict[str, dict]]:
-    """checkpoint id -> its versions_seen."""
+) -> Operation[dict[str, str]]:
+    """checkpoint id -> its versions_seen, as the typed codec stored it (JSON text)."""
     rows = yield Query(
         TREE_VERSIONS_SEEN,
         {"thread_id": thread_id, "checkpoint_ns": checkpoint_ns, "checkpoint_ids": checkpoint_ids},
     )
-    return {row[0]: row[1] or {} for row in rows}
+    return {row[0]: row[1] for row in rows if row[1]}
