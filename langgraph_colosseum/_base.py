@@ -38,10 +38,12 @@ from langgraph_colosseum._core.codec import TypeRegistry, default_registry
 from langgraph_colosseum._core.crypt import Encryption
 from langgraph_colosseum._core.hot import DEFAULT_HOT_TTL, KEY_PREFIX, HotHead
 from langgraph_colosseum._core.io import Operation
+from langgraph_colosseum._core.rekey import DEFAULT_BATCH_SIZE, rekey
 from langgraph_colosseum._core.shapes import DEFAULT_SNAPSHOT_EVERY
 from langgraph_colosseum._core.store import DEFAULT_PAGE_SIZE, CheckpointStore, next_version
 from langgraph_colosseum._core.threads import Retention
 from langgraph_colosseum._core.values import ValueCodec
+from langgraph_colosseum.errors import InvalidConfigError
 from langgraph_colosseum.threads import DEFAULT_LEASE, OnBusy
 
 if TYPE_CHECKING:
@@ -283,6 +285,29 @@ class ColosseumSaverBase(BaseCheckpointSaver[str], abc.ABC, Generic[ThreadsT]):
         except Exception as exc:
             logger.info("could not drop stale Redis heads on close: %s", exc)
             return 0
+
+    def rekey(self, *, batch_size: int = DEFAULT_BATCH_SIZE) -> int:
+        """Re-seal every row sealed with an older key under the current key of
+        `encryption=`; how many rows it re-sealed. Batches of `batch_size` rows,
+        each one transaction: safe to stop and run again (it resumes), and a
+        second run finds nothing to do. Then the older keys can be retired.
+
+        Example:
+            >>> enc = Encryption({"2026-12": new_key, "2026-06": old_key})
+            >>> with ColosseumSaver.from_conn_string(dsn, encryption=enc) as saver:
+            ...     saver.rekey()
+        """
+        return self._run(rekey(self._encryption(), batch_size))
+
+    async def arekey(self, *, batch_size: int = DEFAULT_BATCH_SIZE) -> int:
+        """`rekey`, awaited."""
+        return await self._arun(rekey(self._encryption(), batch_size))
+
+    def _encryption(self) -> Encryption:
+        encryption = self._store.codec.encryption
+        if encryption is None:
+            raise InvalidConfigError("rekey needs the saver's encryption= keys")
+        return encryption
 
     def get_next_version(self, current: str | None, channel: None) -> str:
         return next_version(current)

@@ -50,6 +50,7 @@ from langgraph_colosseum._cli_style import json_option as _json_option
 from langgraph_colosseum._cli_style import row as _row
 from langgraph_colosseum._cli_style import table as _table
 from langgraph_colosseum._core import schema
+from langgraph_colosseum._core.crypt import Encryption
 from langgraph_colosseum._core.hot import KEY_PREFIX
 from langgraph_colosseum._core.threads import STATUSES
 from langgraph_colosseum._redact import redact, safe
@@ -245,6 +246,30 @@ def migrate() -> None:
     with _saver() as saver:
         version = saver.setup()
     typer.echo(f"schema at version {version}")
+
+
+ENCRYPTION_KEYS_ENV = "COLOSSEUM_ENCRYPTION_KEYS"
+
+
+@_command()
+def rekey(
+    batch_size: int = typer.Option(500, "--batch-size", min=1, help="Rows per transaction."),
+) -> None:
+    """Re-encrypt rows sealed with an older key under the current one.
+
+    Keys come from COLOSSEUM_ENCRYPTION_KEYS (id:base64key,..., the first is
+    current). Safe to stop and run again: it resumes where it stopped.
+    """
+    spec = os.environ.get(ENCRYPTION_KEYS_ENV)
+    if not spec:
+        raise Fail(f"set {ENCRYPTION_KEYS_ENV} to id:base64key,... (the first key is current)")
+    try:
+        encryption = Encryption.from_spec(spec)
+    except ValueError as exc:
+        raise Fail(f"{ENCRYPTION_KEYS_ENV}: {exc}", BAD_INPUT) from None
+    with ColosseumSaver.from_env(pool_size=2, types=list(_TYPES), encryption=encryption) as saver:
+        count = saver.rekey(batch_size=batch_size)
+    typer.echo(f"re-encrypted {count} rows with key {encryption.current!r}")
 
 
 @_command()

@@ -83,6 +83,28 @@ class Encryption:
             raise ValueError(f"the current key {self.current!r} is not among the keys")
         self.plaintext_channels = frozenset(plaintext_channels)
 
+    @classmethod
+    def from_spec(cls, spec: str) -> Encryption:
+        """Keys from text such as an environment variable holds:
+        ``id:base64key,id:base64key``, the first one current.
+
+        Example:
+            >>> Encryption.from_spec(os.environ["COLOSSEUM_ENCRYPTION_KEYS"])
+        """
+        import base64
+        import binascii
+
+        keys = {}
+        for part in spec.split(","):
+            key_id, sep, encoded = part.strip().partition(":")
+            if not sep:
+                raise ValueError("encryption keys are written id:base64key,id:base64key")
+            try:
+                keys[key_id] = base64.b64decode(encoded, validate=True)
+            except binascii.Error:
+                raise ValueError(f"key {key_id!r} is not base64") from None
+        return cls(keys)
+
     def __repr__(self) -> str:  # never the keys themselves
         return f"Encryption(key_ids={list(self._ciphers)!r}, current={self.current!r})"
 

@@ -689,3 +689,41 @@ USING unnest(%(thread_ids)b::text[], %(head_keys)b::text[], %(recorded)b::text[]
 WHERE s.thread_id = u.thread_id AND s.head_key = u.head_key
   AND s.recorded_at = u.recorded_at::timestamptz
 """
+
+# ---------------------------------------------------------------- rekey (encryption=)
+
+# Rows sealed with another key than the current one, a batch at a time. Not a
+# hot path: it crosses threads on purpose. Each update names the row's
+# ciphertext as read, so a row rewritten meanwhile is left for the next batch.
+_REKEY_WHERE = "value_type LIKE 'aes256gcm:%%' AND value_type <> %(current)s"
+REKEY_SELECT_VALUES = f"""
+SELECT thread_id, checkpoint_ns, channel, version, encoding, base_version, value_bytes, value_type
+FROM colosseum_channel_values WHERE {_REKEY_WHERE} LIMIT %(limit)s
+"""
+REKEY_UPDATE_VALUE = """
+UPDATE colosseum_channel_values SET value_bytes = %(data)s, value_type = %(type)s
+WHERE thread_id = %(k0)s AND checkpoint_ns = %(k1)s AND channel = %(k2)s AND version = %(k3)s
+  AND value_bytes = %(old_data)s AND value_type = %(old_type)s
+"""
+REKEY_SELECT_WRITES = f"""
+SELECT thread_id, checkpoint_ns, checkpoint_id, task_id, idx, channel, encoding,
+       value_bytes, value_type
+FROM colosseum_writes WHERE {_REKEY_WHERE} LIMIT %(limit)s
+"""
+REKEY_UPDATE_WRITE = """
+UPDATE colosseum_writes SET value_bytes = %(data)s, value_type = %(type)s
+WHERE thread_id = %(k0)s AND checkpoint_ns = %(k1)s AND checkpoint_id = %(k2)s
+  AND task_id = %(k3)s AND idx = %(k4)s
+  AND value_bytes = %(old_data)s AND value_type = %(old_type)s
+"""
+REKEY_SELECT_HISTORIES = f"""
+SELECT thread_id, checkpoint_ns, checkpoint_id, channel, seq, task_id, encoding,
+       value_bytes, value_type
+FROM colosseum_delta_histories WHERE {_REKEY_WHERE} LIMIT %(limit)s
+"""
+REKEY_UPDATE_HISTORY = """
+UPDATE colosseum_delta_histories SET value_bytes = %(data)s, value_type = %(type)s
+WHERE thread_id = %(k0)s AND checkpoint_ns = %(k1)s AND checkpoint_id = %(k2)s
+  AND channel = %(k3)s AND seq = %(k4)s
+  AND value_bytes = %(old_data)s AND value_type = %(old_type)s
+"""

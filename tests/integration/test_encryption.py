@@ -390,3 +390,86 @@ def test_bad_keys_are_refused() -> None:
     assert "KEY" not in repr(Encryption({"k": KEY_1})) and repr(KEY_1) not in repr(
         Encryption({"k": KEY_1})
     )
+
+
+# ------------------------------------------------------------ rekey
+
+
+def _key_ids(pg_url: str) -> set[str]:
+    with psycopg.connect(pg_url) as conn:
+        return {
+            r[0]
+            for table in ("colosseum_channel_values", "colosseum_writes")
+            for r in conn.execute(f"SELECT DISTINCT value_type FROM {table}").fetchall()
+        }
+
+
+def test_rekey_moves_every_row_to_the_current_key(pg_url: str, mode: str) -> None:
+    _write_thread(pg_url, mode, "enc-rekey", keys())
+    with open_saver(pg_url, mode, keys()) as saver:
+        graph = chat_graph(Counter()).compile(checkpointer=saver)
+        config = {"configurable": {"thread_id": "enc-rekey"}}
+        history = repr([s.values for s in graph.get_state_history(config)])
+    assert _key_ids(pg_url) == {"aes256gcm:k1"}
+    both = Encryption({"k2": KEY_2, "k1": KEY_1})
+    with open_saver(pg_url, mode, both) as saver:
+        assert saver.rekey(batch_size=3) > 0  # several batches
+        assert saver.rekey() == 0  # idempotent: nothing left
+    assert _key_ids(pg_url) == {"aes256gcm:k2"}
+    flush_cache()
+    # The old key can now be retired: the new one alone reads everything.
+    with open_saver(pg_url, mode, Encryption({"k2": KEY_2})) as saver:
+        graph = chat_graph(Counter()).compile(checkpointer=saver)
+        config = {"configurable": {"thread_id": "enc-rekey"}}
+        assert repr([s.values for s in graph.get_state_history(config)]) == history
+
+
+async def test_rekey_async_refuses_an_altered_row(pg_url: str, mode: str) -> None:
+    _write_thread(pg_url, mode, "enc-rekey-bad", keys())
+    with psycopg.connect(pg_url) as conn:
+        conn.execute(
+            "UPDATE colosseum_writes "
+            "SET value_bytes = set_byte(value_bytes, 20, get_byte(value_bytes, 20) # 1) "
+            "WHERE thread_id = 'enc-rekey-bad'"
+        )
+    both = Encryption({"k2": KEY_2, "k1": KEY_1})
+    async with AsyncColosseumSaver.from_conn_string(
+        pg_url, pool_size=2, encryption=both, **cache_options(mode)
+    ) as saver:
+        with pytest.raises(CorruptRowError, match="enc-rekey-bad"):
+            await saver.arekey()
+    # Nothing it could not authenticate was sealed under the new key.
+    with psycopg.connect(pg_url) as conn:
+        assert conn.execute(
+            "SELECT count(*) FROM colosseum_writes WHERE value_type = 'aes256gcm:k2'"
+        ).fetchone() == (0,)
+
+
+def test_rekey_command(pg_url: str, monkeypatch: pytest.MonkeyPatch) -> None:
+    import base64
+
+    from typer.testing import CliRunner
+
+    from langgraph_colosseum.cli import app
+
+    truncate(pg_url)
+    _write_thread(pg_url, "postgres", "enc-cli", keys())
+    monkeypatch.setenv("COLOSSEUM_DATABASE_URL", pg_url)
+    for name in ("COLOSSEUM_REDIS_URL", "REDIS_URL"):
+        monkeypatch.delenv(name, raising=False)
+    runner = CliRunner()
+    assert runner.invoke(app, ["rekey"]).exit_code == 1  # no keys: says how to give them
+    spec = ",".join(
+        f"{k}:{base64.b64encode(v).decode()}" for k, v in (("k2", KEY_2), ("k1", KEY_1))
+    )
+    monkeypatch.setenv("COLOSSEUM_ENCRYPTION_KEYS", spec)
+    first = runner.invoke(app, ["rekey", "--batch-size", "2"])
+    assert first.exit_code == 0, first.output
+    assert "with key 'k2'" in first.output and " 0 rows" not in first.output
+    again = runner.invoke(app, ["rekey"])
+    assert again.exit_code == 0 and "re-encrypted 0 rows" in again.output
+    assert _key_ids(pg_url) == {"aes256gcm:k2"}
+    assert base64.b64encode(KEY_2).decode() not in first.output + again.output
+    monkeypatch.setenv("COLOSSEUM_ENCRYPTION_KEYS", "k2:not base64!")
+    bad = runner.invoke(app, ["rekey"])
+    assert bad.exit_code == 2 and "not base64" in bad.output
