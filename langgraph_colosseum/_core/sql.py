@@ -48,6 +48,12 @@ _CHECKPOINT_COLUMNS = """
 # channel versions it names (each version and its chain of bases back to a
 # full row): one row, one round trip. Versions the caller already holds
 # decoded (`known`, a jsonb object channel -> version) are left out.
+# A tampered row's channel_versions may be no object: read as none here, so
+# that the reader reports the row (CorruptRowError) instead of the statement
+# failing (jsonb_each_text on a non-object).
+_VERSIONS_OF_C = """CASE jsonb_typeof(c.checkpoint -> 'channel_versions')
+    WHEN 'object' THEN c.checkpoint -> 'channel_versions' ELSE '{}'::jsonb END"""
+
 _TUPLE_FROM = f"""
 FROM colosseum_checkpoints c
 {_WRITES}
@@ -55,7 +61,7 @@ LEFT JOIN LATERAL (
     WITH RECURSIVE chain AS (
         -- LATERAL: one primary-key lookup per channel, never a join over every
         -- value row of the thread (which grows with its length).
-        SELECT v.* FROM jsonb_each_text(c.checkpoint -> 'channel_versions') AS ver(channel, version)
+        SELECT v.* FROM jsonb_each_text({_VERSIONS_OF_C}) AS ver(channel, version)
         CROSS JOIN LATERAL (
             SELECT * FROM colosseum_channel_values v
             WHERE v.thread_id = c.thread_id AND v.checkpoint_ns = c.checkpoint_ns

@@ -52,6 +52,7 @@ from langgraph_colosseum._core.io import (
     Query,
     Transaction,
 )
+from langgraph_colosseum._core.keys import checked_key
 from langgraph_colosseum._core.threads import UnreadableRows
 from langgraph_colosseum._core.values import (
     DELTA_ENCODINGS,
@@ -60,6 +61,7 @@ from langgraph_colosseum._core.values import (
     JSON,
     Materializer,
     StoredValue,
+    Unparsed,
     ValueCodec,
     ValueKey,
     ValueMemo,
@@ -69,6 +71,7 @@ from langgraph_colosseum._core.values import (
     corrupt_row,
     fresh_copy,
     not_storable,
+    parse_json,
     parse_value_rows,
 )
 from langgraph_colosseum.errors import (
@@ -95,23 +98,17 @@ def thread_of(config: RunnableConfig) -> tuple[str, str]:
             "the config has no configurable.thread_id; pass "
             '{"configurable": {"thread_id": ...}} to identify the thread'
         )
-    thread_id, checkpoint_ns = str(thread_id), configurable.get("checkpoint_ns") or ""
-    _check_text(thread_id, "thread_id", thread_id)
-    _check_text(thread_id, "checkpoint_ns", checkpoint_ns)
+    thread_id = checked_key("thread_id", str(thread_id))
+    checkpoint_ns = configurable.get("checkpoint_ns") or ""
+    if checkpoint_ns:
+        checked_key("checkpoint_ns", checkpoint_ns, thread_id)
     return thread_id, checkpoint_ns
 
 
-def _check_text(thread_id: str, name: str, value: str) -> None:
-    """Refuse text that neither Postgres nor Redis can carry (a lone surrogate,
-    as in '\\udcff', has no UTF-8 form) before any I/O: it is this request's
-    fault, and must not count as a failure of Redis or Postgres."""
-    try:
-        value.encode()
-    except UnicodeEncodeError as exc:
-        raise InvalidConfigError(
-            f"configurable.{name} {value!r} (thread {thread_id!r}) is not valid Unicode "
-            f"text ({exc.reason} at position {exc.start}); use ids that encode as UTF-8"
-        ) from None
+def checkpoint_id_of(config: RunnableConfig, thread_id: str) -> str | None:
+    """configurable.checkpoint_id, if any, checked as a key (see `checked_key`)."""
+    checkpoint_id = get_checkpoint_id(config)
+    return checked_key("checkpoint_id", checkpoint_id, thread_id) if checkpoint_id else None
 
 
 def checkpoint_config(thread_id: str, checkpoint_ns: str, checkpoint_id: str) -> RunnableConfig:
@@ -209,9 +206,7 @@ class CheckpointStore:
 
     def get_tuple(self, config: RunnableConfig) -> Operation[CheckpointTuple | None]:
         thread_id, checkpoint_ns = thread_of(config)
-        checkpoint_id = get_checkpoint_id(config)
-        if checkpoint_id:
-            _check_text(thread_id, "checkpoint_id", checkpoint_id)
+        checkpoint_id = checkpoint_id_of(config, thread_id)
         seq = None  # set when the hot head missed and may be refilled from Postgres
         if self.hot is not None and self.hot.incarnation is None:
             yield from self._learn_incarnation(None)
@@ -333,17 +328,19 @@ class CheckpointStore:
             configurable = config.get("configurable") or {}
             if configurable.get("thread_id") is not None:
                 where.append(sql.LIST_WHERE_THREAD)
-                params["thread_id"] = str(configurable["thread_id"])
+                params["thread_id"] = checked_key("thread_id", str(configurable["thread_id"]))
             # As InMemorySaver: no checkpoint_ns key means every namespace.
             if configurable.get("checkpoint_ns") is not None:
                 where.append(sql.LIST_WHERE_NS)
-                params["checkpoint_ns"] = configurable["checkpoint_ns"]
+                params["checkpoint_ns"] = checked_key(
+                    "checkpoint_ns", configurable["checkpoint_ns"]
+                )
             if checkpoint_id := configurable.get("checkpoint_id"):
                 where.append(sql.LIST_WHERE_ID)
-                params["checkpoint_id"] = checkpoint_id
+                params["checkpoint_id"] = checked_key("checkpoint_id", checkpoint_id)
         if before is not None and (before_id := get_checkpoint_id(before)):
             where.append(sql.LIST_WHERE_BEFORE)
-            params["before"] = before_id
+            params["before"] = checked_key("checkpoint_id", before_id)
         compared_in_python: dict[str, Any] = {}
         for i, (key, value) in enumerate((filter or {}).items()):
             params[f"mk{i}"] = key
@@ -433,7 +430,7 @@ class CheckpointStore:
         params = {
             "thread_id": thread_id,
             "checkpoint_ns": checkpoint_ns,
-            "checkpoint_id": get_checkpoint_id(config),
+            "checkpoint_id": checkpoint_id_of(config, thread_id),
             "channels": list(channels),
         }
         return (yield from self._delta_history(params, use_memo=True))
@@ -539,7 +536,7 @@ class CheckpointStore:
             "thread_id": thread_id,
             "checkpoint_ns": checkpoint_ns,
             "checkpoint_id": checkpoint_id,
-            "parent_checkpoint_id": get_checkpoint_id(config),
+            "parent_checkpoint_id": checkpoint_id_of(config, thread_id),
             "run_id": _text_or_none(full_metadata.get("run_id")),
             "checkpoint": self._checkpoint_document(
                 checkpoint, Where(thread_id, checkpoint_ns, checkpoint_id, "<checkpoint>")
@@ -724,7 +721,7 @@ class CheckpointStore:
         if not writes:
             return
         thread_id, checkpoint_ns = thread_of(config)
-        checkpoint_id = get_checkpoint_id(config)
+        checkpoint_id = checkpoint_id_of(config, thread_id)
         if not checkpoint_id:
             raise InvalidConfigError(
                 f"put_writes for thread {thread_id!r} needs configurable.checkpoint_id "
@@ -808,7 +805,7 @@ class CheckpointStore:
         """Delete threads whole; with `only_expired`, those still expired once locked."""
         if not thread_ids:
             return
-        params = {"thread_ids": [str(t) for t in thread_ids]}
+        params = {"thread_ids": [checked_key("thread_id", str(t)) for t in thread_ids]}
         self.bases.forget_threads(params["thread_ids"])
         self.seeds.forget_threads(params["thread_ids"])
         deletes = sql.DELETE_EXPIRED_THREADS if only_expired else sql.DELETE_THREADS
@@ -828,7 +825,10 @@ class CheckpointStore:
                 "thread (AES-GCM associated data), so a copy must be re-encrypted, which "
                 "this version does not do"
             )
-        params = {"source": str(source_thread_id), "target": str(target_thread_id)}
+        params = {
+            "source": checked_key("thread_id", str(source_thread_id)),
+            "target": checked_key("thread_id", str(target_thread_id)),
+        }
         self.bases.forget_threads([params["target"]])
         self.seeds.forget_threads([params["target"]])
         yield Transaction(tuple(Query(q, params, fetch=False) for q in sql.COPY_THREAD))
@@ -1113,7 +1113,7 @@ class CheckpointStore:
         thread_id, checkpoint_ns, checkpoint_id, _, checkpoint_json = row[:5]
         try:
             return self._load_checkpoint_document(checkpoint_json)
-        except CodecError as exc:
+        except Exception as exc:  # any parse or decode failure: the row is unreadable
             raise corrupt_row((thread_id, checkpoint_ns, None), checkpoint_id, exc) from exc
 
     def _checkpoint_tuple(
@@ -1125,7 +1125,7 @@ class CheckpointStore:
          w_types) = row[:_CHECKPOINT_WIDTH]  # fmt: skip
         try:
             metadata = self.codec.load_json(metadata_json)
-        except CodecError as exc:
+        except Exception as exc:  # any parse or decode failure: the row is unreadable
             raise corrupt_row((thread_id, checkpoint_ns, None), checkpoint_id, exc) from exc
         channel_values = {}
         for channel, version in document["channel_versions"].items():
@@ -1251,7 +1251,9 @@ class CheckpointStore:
             raise not_storable(where, "$", exc) from exc
 
     def _load_checkpoint_document(self, text: str) -> dict[str, Any]:
-        raw = orjson.loads(text)
+        raw = parse_json(text)
+        if type(raw) is Unparsed:
+            raise raw.error()
         if type(raw) is not dict:
             raise CodecError(f"the checkpoint is a JSON {type(raw).__name__}, not an object")
         versions = raw.pop("channel_versions", {})
@@ -1269,12 +1271,16 @@ class CheckpointStore:
         return {key: rest[key] for key in keys}
 
     def _json(self, value: Any, where: Where) -> str:
-        return orjson.dumps(self._encoded(value, where)).decode()
+        """Typed-codec JSON text for a value that must be jsonb (no serde fallback)."""
+        try:
+            return self.codec.encode(value)[1]
+        except CodecError as exc:
+            raise not_storable(where, getattr(exc, "path", "$"), exc) from exc
 
     def _encoded(self, value: Any, where: Where) -> Any:
         """Typed-codec data for a value that must be jsonb (no serde fallback)."""
         try:
-            return self.codec.registry.encode(value)
+            return self.codec.encode_data(value)
         except CodecError as exc:
             raise not_storable(where, getattr(exc, "path", "$"), exc) from exc
 
@@ -1331,7 +1337,7 @@ def _key_columns(prefix: str, keys: Sequence[ValueKey]) -> dict[str, list[str]]:
 
 
 def _parse(json: str | None) -> Any:
-    return orjson.loads(json) if json is not None else None
+    return parse_json(json)
 
 
 def _value_row(thread_id, checkpoint_ns, channel, version, base, encoding, json, data, type_):

@@ -18,6 +18,7 @@ from langgraph.checkpoint.serde.types import TASKS
 
 from langgraph_colosseum._core.crypt import RowSealError, write_aad
 from langgraph_colosseum._core.io import Operation, Query, Sleep
+from langgraph_colosseum._core.keys import checked_key
 from langgraph_colosseum._core.values import ValueCodec, corrupt_row
 from langgraph_colosseum.errors import (
     CodecError,
@@ -223,7 +224,7 @@ def _thread(row: tuple, codec: ValueCodec) -> ThreadInfo:
 
 
 def get(thread_id: str, codec: ValueCodec) -> Operation[ThreadInfo | None]:
-    rows = yield Query(GET, {"thread_id": thread_id})
+    rows = yield Query(GET, {"thread_id": checked_key("thread_id", thread_id)})
     return _thread(rows[0], codec) if rows else None
 
 
@@ -285,6 +286,7 @@ def count(
 
 
 def update(thread_id: str, metadata: Mapping[str, Any], codec: ValueCodec) -> Operation[ThreadInfo]:
+    thread_id = checked_key("thread_id", thread_id)
     rows = yield Query(UPDATE, {"thread_id": thread_id, "metadata": codec.dump_object(metadata)})
     return _thread(rows[0], codec)
 
@@ -293,7 +295,11 @@ def acquire(
     thread_id: str, owner: str, lease_seconds: float, *, wait: bool, poll_seconds: float = 0.1
 ) -> Operation[int]:
     """The run token once the thread is ours; ThreadBusyError unless `wait`."""
-    params = {"thread_id": thread_id, "owner": owner, "lease": lease_seconds}
+    params = {
+        "thread_id": checked_key("thread_id", thread_id),
+        "owner": owner,
+        "lease": lease_seconds,
+    }
     while True:
         rows = yield Query(ACQUIRE, params)
         if rows:
@@ -333,6 +339,7 @@ def messages(
     at all (not for a fork from the past), sit on the parent next to the
     writes of the branch the update did not take.
     """
+    thread_id = checked_key("thread_id", thread_id)
     rows = yield Query(
         AUDIT,
         {"thread_id": thread_id, "channel": channel, "tasks": TASKS,

@@ -152,10 +152,27 @@ class ValueCodec:
             parsed=orjson.loads(json) if json is not None else None, data=data, type=type_
         )
 
-    def encode(self, value: Any) -> tuple[Any, str]:
-        """Typed-codec data and its JSON text; `UnsupportedValueError` if it cannot."""
-        encoded = self.registry.encode(value)
-        return encoded, orjson.dumps(encoded).decode()
+    def encode(self, value: Any, registry: TypeRegistry | None = None) -> tuple[Any, str]:
+        """Typed-codec data and its JSON text; `UnsupportedValueError` if it cannot:
+        a type it does not know, a value nested too deep, or one too big for jsonb."""
+        encoded = self.encode_data(value, registry)
+        try:
+            text = orjson.dumps(encoded)
+        except orjson.JSONEncodeError:  # the only way codec output fails: depth
+            raise UnsupportedValueError(_TOO_DEEP, path=too_deep_path(value)) from None
+        if len(text) > JSONB_MAX_TEXT:
+            raise UnsupportedValueError(
+                f"its JSON is {len(text):,} bytes, more than one jsonb value holds "
+                f"({JSONB_MAX_TEXT:,})"
+            )
+        return encoded, text.decode()
+
+    def encode_data(self, value: Any, registry: TypeRegistry | None = None) -> Any:
+        """Typed-codec data (no JSON text); `UnsupportedValueError` as `encode`."""
+        try:
+            return (registry or self.registry).encode(value)
+        except RecursionError:  # nested deeper than Python's stack
+            raise UnsupportedValueError(_TOO_DEEP, path=too_deep_path(value)) from None
 
     def dump(self, value: Any, where: Where) -> StoredValue:
         path = "$"
@@ -171,6 +188,17 @@ class ValueCodec:
             type_, data = self.serde.dumps_typed(value)
         except Exception as exc:
             raise not_storable(where, path, exc) from exc
+        if len(data) > BYTEA_MAX:
+            # Refused here, in a moment: Postgres would take seconds and
+            # gigabytes of memory to say the same.
+            raise not_storable(
+                where,
+                path,
+                ValueError(
+                    f"its serialized form is {len(data):,} bytes, more than one row "
+                    f"holds ({BYTEA_MAX:,})"
+                ),
+            )
         return StoredValue(SERDE, None, data, type_)
 
     def dump_json(self, value: Any, *, filter: bool = False) -> str:
@@ -179,16 +207,15 @@ class ValueCodec:
         A `filter` records no dict key order: it is the right side of a
         containment (``@>``), and the stored side may have recorded one.
         """
-        registry = self.matching_registry if filter else self.registry
-        return orjson.dumps(registry.encode(value)).decode()
+        return self.encode(value, self.matching_registry if filter else self.registry)[1]
 
     def load(self, encoding: str, json: str | None, data: bytes | None, type_: str | None) -> Any:
         """A full (non-delta) stored value."""
-        return self.load_parsed(
-            encoding, orjson.loads(json) if json is not None else None, data, type_
-        )
+        return self.load_parsed(encoding, parse_json(json), data, type_)
 
     def load_parsed(self, encoding: str, parsed: Any, data: bytes | None, type_: str | None) -> Any:
+        if type(parsed) is Unparsed:
+            raise parsed.error()
         if encoding == JSON:
             return self.registry.decode(parsed)
         if encoding == SERDE:
@@ -196,7 +223,10 @@ class ValueCodec:
         raise CodecError(f"value encoding {encoding!r} is not a full value")
 
     def load_json(self, text: str | None) -> Any:
-        return self.registry.decode(orjson.loads(text or "null"))
+        parsed = parse_json(text or "null")
+        if type(parsed) is Unparsed:
+            raise parsed.error()
+        return self.registry.decode(parsed)
 
     def dump_object(self, mapping: Mapping[str, Any], *, filter: bool = False) -> str:
         """A JSON object whose keys are the mapping's own, each value typed-codec data.
@@ -216,7 +246,7 @@ class ValueCodec:
                     path=f"$[{key!r}]",
                 )
             try:
-                out[key] = registry.encode(value)
+                out[key] = self.encode(value, registry)[0]
             except CodecError as exc:
                 raise exc.under(f".{key}") from None
         return orjson.dumps(out).decode()
@@ -236,6 +266,65 @@ class ValueCodec:
             except CodecError as exc:
                 raise exc.under(f".{key}") from None
         return out
+
+
+# jsonb's offsets are 28 bits: one value holds at most 2**28 - 1 bytes. A JSON
+# text above JSONB_MAX_TEXT goes to the serde bytes (a bytea holds 1 GB) rather
+# than failing in Postgres after seconds and gigabytes; a serialized value
+# above BYTEA_MAX is refused before any I/O. (jsonb's binary form of a long
+# array of small numbers outgrows its text: such a value just under the limit
+# can still be refused by Postgres, with its own error.)
+JSONB_MAX_TEXT = 255 * 2**20
+BYTEA_MAX = 2**30 - 2**24
+# orjson and msgpack both stop at 255 levels of nesting.
+MAX_DEPTH = 255
+_TOO_DEEP = f"the value is nested more than {MAX_DEPTH} levels deep, beyond what JSON is read with"
+
+
+def too_deep_path(value: Any) -> str:
+    """The path of the first container nested more than MAX_DEPTH levels deep,
+    found without recursion (the value may be too deep for the stack); "$" if
+    only the codec's tags push it over."""
+    stack: list[tuple[Any, str, int]] = [(value, "$", 1)]
+    while stack:
+        item, path, depth = stack.pop()
+        t = type(item)
+        if t is list or t is tuple:
+            children = [(f"{path}[{i}]", child) for i, child in enumerate(item)]
+        elif t is dict:
+            children = [
+                (f"{path}.{k}" if type(k) is str else f"{path}[{k!r}]", child)
+                for k, child in item.items()
+            ]
+        elif hasattr(item, "__dict__") and not isinstance(item, type):
+            children = [(f"{path}.{k}", child) for k, child in vars(item).items()]
+        else:
+            continue
+        if children and depth >= MAX_DEPTH:
+            return path
+        stack.extend((child, child_path, depth + 1) for child_path, child in children)
+    return "$"
+
+
+class Unparsed(NamedTuple):
+    """A stored JSON text orjson cannot read (nested deeper than it reads):
+    kept in place of the parsed value, so the reader that needs it reports
+    the row as corrupt, naming where it is."""
+
+    reason: str
+
+    def error(self) -> CodecError:
+        return CodecError(f"the stored JSON cannot be read ({self.reason})")
+
+
+def parse_json(text: str | None) -> Any:
+    """orjson.loads, or `Unparsed` for a text it refuses (None stays None)."""
+    if text is None:
+        return None
+    try:
+        return orjson.loads(text)
+    except orjson.JSONDecodeError as exc:
+        return Unparsed(str(exc))
 
 
 def not_storable(where: Where, path: str, cause: BaseException) -> ValueNotStorableError:
@@ -325,6 +414,8 @@ class Materializer:
         value = self.values[cursor]
         for row in reversed(chain):
             try:
+                if type(row.parsed) is Unparsed:
+                    raise row.parsed.error()
                 payload = self.codec.registry.decode(row.parsed)
                 value = shapes.apply(value, row.encoding, payload)
             except Exception as exc:
@@ -351,7 +442,7 @@ def parse_value_rows(thread_id: str, checkpoint_ns: str, columns_: tuple) -> lis
             (thread_id, checkpoint_ns, channels[i], versions[i]),
             bases[i],
             encodings[i],
-            orjson.loads(jsons[i]) if jsons[i] is not None else None,
+            parse_json(jsons[i]),
             datas[i],
             types[i],
         )
