@@ -449,3 +449,31 @@ def test_cli_ui_prints_the_url_and_serves(pg_url: str, data: ColosseumSaver) -> 
     finally:
         proc.terminate()
         proc.wait(10)
+
+
+def test_cli_ui_on_another_address_prints_a_token_once_and_checks_it(
+    pg_url: str, data: ColosseumSaver
+) -> None:
+    import subprocess
+    import sys
+
+    env = {k: v for k, v in os.environ.items() if k not in ("COLOSSEUM_REDIS_URL", "REDIS_URL")}
+    env["COLOSSEUM_DATABASE_URL"] = pg_url
+    proc = subprocess.Popen(
+        [sys.executable, "-m", "langgraph_colosseum.cli", "ui", "--host", "0.0.0.0", "--port", "0"],
+        stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True, env=env,
+    )  # fmt: skip
+    try:
+        line = proc.stdout.readline()
+        match = re.search(r"http://0\.0\.0\.0:(\d+)/\?token=(\S+)", line)
+        assert match, line
+        port, token = match.groups()
+        base = f"http://127.0.0.1:{port}/"
+        assert httpx.get(base).status_code == 401
+        assert httpx.get(base, headers={"authorization": "Bearer nope"}).status_code == 401
+        ok = httpx.get(base, headers={"authorization": f"Bearer {token}"})
+        assert ok.status_code == 200 and token not in ok.text
+    finally:
+        proc.terminate()
+        out, _ = proc.communicate(timeout=10)
+    assert token not in out  # printed once: only on the first line
