@@ -37,7 +37,7 @@ from psycopg import conninfo
 from psycopg.rows import dict_row
 from psycopg_pool import AsyncConnectionPool
 
-from langgraph_colosseum import AsyncColosseumSaver, ColosseumSaver
+from langgraph_colosseum import AsyncColosseumSaver, ColosseumSaver, Encryption
 
 try:  # AsyncSqliteSaver needs aiosqlite.
     from langgraph.checkpoint.sqlite.aio import AsyncSqliteSaver
@@ -69,7 +69,9 @@ AMEMORY, ASQLITE, AREF, AOURS = (
 OURS_HOT, AOURS_HOT = "ColosseumSaver+Redis", "AsyncColosseumSaver+Redis"
 # Ours on Postgres alone, through a PgBouncer in transaction mode (`pgbouncer=True`).
 OURS_BOUNCER = "ColosseumSaver+PgBouncer"
-SYNC_SAVERS = (MEMORY, SQLITE, REF, OURS, OURS_HOT, OURS_BOUNCER)
+# Ours on Postgres alone with `encryption=` (AES-256-GCM per row, one key).
+OURS_ENCRYPTED = "ColosseumSaver+Encryption"
+SYNC_SAVERS = (MEMORY, SQLITE, REF, OURS, OURS_HOT, OURS_BOUNCER, OURS_ENCRYPTED)
 ASYNC_SAVERS = (AMEMORY, ASQLITE, AREF, AOURS, AOURS_HOT)
 REDIS_URL = os.environ.get("COLOSSEUM_BENCH_REDIS_URL", "redis://127.0.0.1:6379/0")
 # This run's keys: cleared per cell, so the bytes per hot thread are the cell's own.
@@ -426,6 +428,12 @@ def sync_saver(bench: Bench, name: str) -> Iterator[tuple[Any, Callable[[], int 
             {"redis_url": bench.redis_url, "cache_prefix": CACHE_PREFIX} if name == OURS_HOT else {}
         )
         with ColosseumSaver.from_conn_string(bench.url, **cache) as saver:
+            saver.setup()
+            yield saver, lambda: bench.table_bytes(OURS)
+    elif name == OURS_ENCRYPTED:
+        bench.truncate(OURS)
+        encryption = Encryption({"bench": os.urandom(32)})
+        with ColosseumSaver.from_conn_string(bench.url, encryption=encryption) as saver:
             saver.setup()
             yield saver, lambda: bench.table_bytes(OURS)
     elif name == OURS_BOUNCER:

@@ -160,8 +160,23 @@ def _import_class(name: str) -> type:
 
 @contextmanager
 def _saver() -> Iterator[ColosseumSaver]:
-    with ColosseumSaver.from_env(pool_size=2, types=list(_TYPES)) as saver:
+    # An encrypted database is read with its keys, as the application reads it.
+    encryption = _encryption() if os.environ.get(ENCRYPTION_KEYS_ENV) else None
+    with ColosseumSaver.from_env(pool_size=2, types=list(_TYPES), encryption=encryption) as saver:
         yield saver
+
+
+ENCRYPTION_KEYS_ENV = "COLOSSEUM_ENCRYPTION_KEYS"
+
+
+def _encryption() -> Encryption:
+    spec = os.environ.get(ENCRYPTION_KEYS_ENV)
+    if not spec:
+        raise Fail(f"set {ENCRYPTION_KEYS_ENV} to id:base64key,... (the first key is current)")
+    try:
+        return Encryption.from_spec(spec)
+    except ValueError as exc:
+        raise Fail(f"{ENCRYPTION_KEYS_ENV}: {exc}", BAD_INPUT) from None
 
 
 @contextmanager
@@ -248,9 +263,6 @@ def migrate() -> None:
     typer.echo(f"schema at version {version}")
 
 
-ENCRYPTION_KEYS_ENV = "COLOSSEUM_ENCRYPTION_KEYS"
-
-
 @_command()
 def rekey(
     batch_size: int = typer.Option(500, "--batch-size", min=1, help="Rows per transaction."),
@@ -260,14 +272,8 @@ def rekey(
     Keys come from COLOSSEUM_ENCRYPTION_KEYS (id:base64key,..., the first is
     current). Safe to stop and run again: it resumes where it stopped.
     """
-    spec = os.environ.get(ENCRYPTION_KEYS_ENV)
-    if not spec:
-        raise Fail(f"set {ENCRYPTION_KEYS_ENV} to id:base64key,... (the first key is current)")
-    try:
-        encryption = Encryption.from_spec(spec)
-    except ValueError as exc:
-        raise Fail(f"{ENCRYPTION_KEYS_ENV}: {exc}", BAD_INPUT) from None
-    with ColosseumSaver.from_env(pool_size=2, types=list(_TYPES), encryption=encryption) as saver:
+    encryption = _encryption()
+    with _saver() as saver:
         count = saver.rekey(batch_size=batch_size)
     typer.echo(f"re-encrypted {count} rows with key {encryption.current!r}")
 

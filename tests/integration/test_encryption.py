@@ -470,6 +470,8 @@ def test_rekey_command(pg_url: str, monkeypatch: pytest.MonkeyPatch) -> None:
     assert again.exit_code == 0 and "re-encrypted 0 rows" in again.output
     assert _key_ids(pg_url) == {"aes256gcm:k2"}
     assert base64.b64encode(KEY_2).decode() not in first.output + again.output
+    shown = runner.invoke(app, ["show", "enc-cli"])  # other commands read with the keys
+    assert shown.exit_code == 0 and "tamper me" in shown.output, shown.output
     monkeypatch.setenv("COLOSSEUM_ENCRYPTION_KEYS", "k2:not base64!")
     bad = runner.invoke(app, ["rekey"])
     assert bad.exit_code == 2 and "not base64" in bad.output
