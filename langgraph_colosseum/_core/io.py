@@ -29,8 +29,9 @@ class Query(NamedTuple):
     params: Mapping[str, Any] | None = None
     fetch: bool = True
     # None: psycopg's policy (prepared after a few runs, per the connection's
-    # prepare_threshold). False: planned afresh each time; for statements whose
-    # best plan depends on how big the thread has grown (see _driver.py).
+    # prepare_threshold). True: prepared at once (unless prepare_threshold is
+    # None); for hot statements whose generic plan is a key lookup. False:
+    # planned afresh each time (see _driver.py).
     prepare: bool | None = False
 
 

@@ -233,10 +233,12 @@ class CheckpointStore:
         touch = sql.TOUCH_THREAD if self.thread_ttl is not None else ""
         if checkpoint_id:
             rows = yield Query(
-                touch + sql.GET_TUPLE_BY_ID, {**params, "checkpoint_id": checkpoint_id}
+                touch + sql.GET_TUPLE_BY_ID,
+                {**params, "checkpoint_id": checkpoint_id},
+                prepare=True,
             )
         else:
-            rows = yield Query(touch + sql.GET_TUPLE_LATEST, params)
+            rows = yield Query(touch + sql.GET_TUPLE_LATEST, params, prepare=True)
         row = rows[0] if rows else None
         value_rows = parse_value_rows(row[0], row[1], row[_CHECKPOINT_WIDTH:]) if row else []
         result = None
@@ -371,7 +373,7 @@ class CheckpointStore:
                     cursor_id=cursor[0], cursor_thread=cursor[1], cursor_ns=cursor[2]
                 )
             query = sql.LIST_PAGE.format(where=" AND ".join(page_where) or "true", order=order)
-            rows = yield Query(query, page_params)
+            rows = yield Query(query, page_params, prepare=True)
             documents = [self._load_document(row) for row in rows]
             yield from self._fetch_values(values, rows, documents)
             for row, document in zip(rows, documents):
@@ -1324,7 +1326,11 @@ def _recorded_order(order: Any, keys: list[str]) -> list[str] | None:
 
 def _value_chains(keys: list[ValueKey], known: Sequence[ValueKey] = ()) -> Query:
     """The rows of `keys` and of their bases, stopping at the `known` ones."""
-    return Query(sql.VALUE_CHAINS, {**_key_columns("", keys), **_key_columns("known_", known)})
+    return Query(
+        sql.VALUE_CHAINS,
+        {**_key_columns("", keys), **_key_columns("known_", known)},
+        prepare=True,
+    )
 
 
 def _key_columns(prefix: str, keys: Sequence[ValueKey]) -> dict[str, list[str]]:

@@ -1,0 +1,189 @@
+"""The hot reads are prepared statements: their generic plans must stay index lookups.
+
+`get_tuple` and `list` pages are sent prepared (planning them cost more than
+running them: ~1 ms against ~0.3 ms at 20,000 checkpoints). A prepared
+statement soon runs on a *generic* plan, made once without the parameter
+values, so that plan must be right whatever thread it serves: a lookup by
+primary key, never a scan of a table that grows with every thread and step.
+Checked at the sizes the benchmarks use: 20,000 checkpoints in one thread among
+100,000 threads, with the statistics autovacuum would have gathered.
+"""
+
+from __future__ import annotations
+
+import json
+import re
+from collections.abc import Iterator
+from typing import Any
+
+import psycopg
+import pytest
+from langgraph.checkpoint.base import empty_checkpoint
+
+from langgraph_colosseum import ColosseumSaver
+from langgraph_colosseum._core import sql
+from tests.conftest import server_url
+from tests.integration.store_support import fresh_database
+
+THREADS = 100_000
+CHECKPOINTS = 20_000
+TABLES = {
+    "colosseum_checkpoints",
+    "colosseum_channel_values",
+    "colosseum_writes",
+    "colosseum_threads",
+}
+
+SEED = [
+    # 100,000 threads of 2 checkpoints each, and one of 20,000; one value row
+    # (channel `counter`) per checkpoint, a write on every tenth.
+    """
+    INSERT INTO colosseum_threads (thread_id) SELECT 't' || i FROM generate_series(1, %(threads)s) i
+    """,
+    """
+    INSERT INTO colosseum_checkpoints (thread_id, checkpoint_ns, checkpoint_id, checkpoint, metadata)
+    SELECT t, '', lpad(s::text, 8, '0'),
+           jsonb_build_object('channel_versions', jsonb_build_object('counter', lpad(s::text, 8, '0'))),
+           '{}'
+    FROM (SELECT 't' || i AS t, s FROM generate_series(1, %(threads)s) i, generate_series(1, 2) s
+          UNION ALL SELECT 'long', s FROM generate_series(1, %(checkpoints)s) s) x
+    """,
+    """
+    INSERT INTO colosseum_channel_values (thread_id, checkpoint_ns, channel, version, encoding, value)
+    SELECT thread_id, '', 'counter', checkpoint_id, 'json', to_jsonb(checkpoint_id)
+    FROM colosseum_checkpoints
+    """,
+    """
+    INSERT INTO colosseum_writes (thread_id, checkpoint_ns, checkpoint_id, task_id, idx, channel,
+                                  encoding, value)
+    SELECT thread_id, '', checkpoint_id, 'task', 0, 'counter', 'json', '1'
+    FROM colosseum_checkpoints WHERE right(checkpoint_id, 1) = '0'
+    """,
+    "ANALYZE",
+]
+
+
+@pytest.fixture(scope="module")
+def grown_url() -> Iterator[str]:
+    with fresh_database(server_url()) as url:
+        with ColosseumSaver.from_conn_string(url, pool_size=1) as saver:
+            saver.setup()
+        with psycopg.connect(url, autocommit=True) as conn:
+            for statement in SEED:
+                conn.execute(statement, {"threads": THREADS, "checkpoints": CHECKPOINTS})
+        yield url
+
+
+def positional(query: str) -> tuple[str, list[str]]:
+    """The query with psycopg's %(name)s / %(name)b turned into $1.. (first use order)."""
+    names: list[str] = []
+
+    def number(match: re.Match) -> str:
+        if match.group(1) not in names:
+            names.append(match.group(1))
+        return f"${names.index(match.group(1)) + 1}"
+
+    return re.sub(r"%\((\w+)\)[sb]", number, query).replace("%%", "%"), names
+
+
+def generic_plan(url: str, query: str, params: dict[str, Any]) -> dict:
+    """EXPLAIN of the generic plan Postgres caches for `query` once prepared."""
+    text, names = positional(query)
+    with psycopg.connect(url, autocommit=True, cursor_factory=psycopg.ClientCursor) as conn:
+        conn.execute("SET plan_cache_mode = force_generic_plan")
+        conn.execute(f"PREPARE hot AS {text}".replace("%", "%%"))
+        placeholders = ", ".join(["%s"] * len(names))
+        rows = conn.execute(
+            f"EXPLAIN (FORMAT JSON) EXECUTE hot({placeholders})", [params[n] for n in names]
+        ).fetchall()
+    plan = rows[0][0]
+    return (json.loads(plan) if isinstance(plan, str) else plan)[0]["Plan"]
+
+
+def scans(node: dict) -> Iterator[tuple[str, str]]:
+    """(table, how it is read) of every node that reads a table (an UPDATE's own
+    node is not a read: the scan under it is)."""
+    if "Relation Name" in node and node["Node Type"] != "ModifyTable":
+        yield node["Relation Name"], node["Node Type"]
+    for child in node.get("Plans", []):
+        yield from scans(child)
+
+
+HEAD = {"thread_id": "long", "checkpoint_ns": "", "known": "{}", "ttl": None}
+KEYS = {
+    "threads": ["long"],
+    "namespaces": [""],
+    "channels": ["counter"],
+    "versions": ["00000001"],
+    "known_threads": [],
+    "known_namespaces": [],
+    "known_channels": [],
+    "known_versions": [],
+}
+LIST_IN_NAMESPACE = sql.LIST_PAGE.format(
+    where=" AND ".join([sql.LIST_WHERE_THREAD, sql.LIST_WHERE_NS, sql.LIST_CURSOR_IN_NAMESPACE]),
+    order=sql.LIST_ORDER_IN_NAMESPACE,
+)
+LIST_IN_THREAD = sql.LIST_PAGE.format(
+    where=" AND ".join([sql.LIST_WHERE_THREAD, sql.LIST_CURSOR_IN_THREAD]),
+    order=sql.LIST_ORDER_IN_THREAD,
+)
+PAGE = {**HEAD, "page_size": 100, "cursor_id": "00010000", "cursor_ns": "", "cursor_thread": ""}
+
+CASES = {
+    "get_tuple latest": (sql.GET_TUPLE_LATEST, HEAD),
+    "get_tuple by id": (sql.GET_TUPLE_BY_ID, {**HEAD, "checkpoint_id": "00010000"}),
+    "get_tuple latest, touching the thread": (sql.TOUCH_THREAD + sql.GET_TUPLE_LATEST, HEAD),
+    "list page in a namespace": (LIST_IN_NAMESPACE, PAGE),
+    "list page across namespaces": (LIST_IN_THREAD, PAGE),
+    "value chains": (sql.VALUE_CHAINS, KEYS),
+}
+
+
+@pytest.mark.parametrize("case", list(CASES))
+def test_generic_plan_of_a_hot_read_looks_rows_up_by_key(grown_url: str, case: str) -> None:
+    query, params = CASES[case]
+    found = [(table, kind) for table, kind in scans(generic_plan(grown_url, query, params))]
+    assert any(table in TABLES for table, _ in found), found
+    for table, kind in found:
+        if table in TABLES:
+            assert kind in ("Index Scan", "Index Only Scan"), (case, table, kind)
+
+
+def test_nothing_is_prepared_behind_a_transaction_mode_pooler(pg_url: str) -> None:
+    """pgbouncer=True (prepare_threshold=None): the hot statements, sent with
+    `prepare=True`, are still never prepared; psycopg honours the connection's
+    setting over the statement's request."""
+    with ColosseumSaver.from_conn_string(pg_url, pgbouncer=True, max_size=1) as saver:
+        config = {"configurable": {"thread_id": "plans-pgbouncer", "checkpoint_ns": ""}}
+        checkpoint = empty_checkpoint()
+        checkpoint["channel_values"] = {"counter": 1}
+        checkpoint["channel_versions"] = {"counter": saver.get_next_version(None, None)}
+        for _ in range(3):
+            config = saver.put(config, checkpoint, {}, checkpoint["channel_versions"])
+            saver.put_writes(config, [("counter", 2)], "task")
+            assert saver.get_tuple(config) is not None
+            assert list(saver.list(config))
+        with saver.conn.connection() as conn:
+            assert conn.prepare_threshold is None
+            assert conn.execute("SELECT count(*) FROM pg_prepared_statements").fetchone() == (0,)
+        saver.delete_thread("plans-pgbouncer")
+
+
+def test_the_hot_statements_are_prepared_by_default(pg_url: str) -> None:
+    """The other side of the test above: without a pooler they are prepared."""
+    with ColosseumSaver.from_conn_string(pg_url, max_size=1) as saver:
+        config = {"configurable": {"thread_id": "plans-prepared", "checkpoint_ns": ""}}
+        checkpoint = empty_checkpoint()
+        checkpoint["channel_values"] = {"counter": 1}
+        checkpoint["channel_versions"] = {"counter": saver.get_next_version(None, None)}
+        config = saver.put(config, checkpoint, {}, checkpoint["channel_versions"])
+        saver.put_writes(config, [("counter", 2)], "task")
+        saver.get_tuple({"configurable": {"thread_id": "plans-prepared"}})  # the head
+        with saver.conn.connection() as conn:
+            prepared = conn.execute("SELECT statement FROM pg_prepared_statements").fetchall()
+        texts = " ".join(text for (text,) in prepared)
+        assert "INSERT INTO colosseum_checkpoints" in texts  # put
+        assert "INSERT INTO colosseum_writes" in texts  # put_writes
+        assert "ORDER BY c.checkpoint_id DESC" in texts  # get_tuple at the head
+        saver.delete_thread("plans-prepared")
