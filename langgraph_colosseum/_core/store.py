@@ -552,7 +552,7 @@ class CheckpointStore:
         }
         sealed = self._seal_values(thread_id, checkpoint_ns, new_versions, planned)
         ((missing_bases, inserted, fenced, writes_before, incarnation, stale),) = yield Query(
-            sql.PUT, {**params, **_value_columns(sealed)}, prepare=None
+            sql.PUT, {**params, **_value_columns(sealed)}, prepare=True
         )
         if fenced:
             raise ThreadBusyError(thread_id)
@@ -771,7 +771,7 @@ class CheckpointStore:
             "status": _status_of_writes(checkpoint_ns, [channel for channel, _ in writes]),
             **columns(stored),
         }
-        ((fenced, incarnation, stale),) = yield Query(sql.PUT_WRITES, params, prepare=None)
+        ((fenced, incarnation, stale),) = yield Query(sql.PUT_WRITES, params, prepare=True)
         if fenced:
             raise ThreadBusyError(thread_id)
         if self.hot is not None:
