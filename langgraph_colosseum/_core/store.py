@@ -85,6 +85,11 @@ from langgraph_colosseum.errors import (
 )
 
 DEFAULT_PAGE_SIZE = 100
+# `list` pages double from `page_size` up to this many checkpoints: a caller
+# that stops early paid for one small page, and a history read to the end
+# costs a round trip (two statements) per thousand checkpoints, not per
+# hundred; memory stays bounded by one page whatever the thread's length.
+MAX_PAGE_SIZE = 1000
 
 logger = logging.getLogger("langgraph_colosseum")
 
@@ -363,8 +368,10 @@ class CheckpointStore:
         # Rebuilt versions carry over from page to page: the next (older) page's
         # values are mostly the bases of this one's.
         values = Materializer(self.codec)
+        full_page = self.page_size
         while remaining is None or remaining > 0:
-            page_size = self.page_size if remaining is None else min(self.page_size, remaining)
+            page_size = full_page if remaining is None else min(full_page, remaining)
+            full_page = min(full_page * 2, max(self.page_size, MAX_PAGE_SIZE))
             page_where = list(where)
             page_params = {**params, "page_size": page_size}
             if cursor is not None:

@@ -252,6 +252,40 @@ def test_list_streams_in_pages(pg_url: str) -> None:
         assert len(counter.requests) <= 4
 
 
+def test_list_pages_grow_to_a_bound(pg_url: str) -> None:
+    """A history read to the end: pages of 10, 20, 40, 50, 50... (page_size=10,
+    bound 50 here): few round trips, and never more than a bounded page in memory."""
+    from langgraph_colosseum._core import store
+
+    with ColosseumSaver.from_conn_string(pg_url, page_size=10) as saver:
+        config = {"configurable": {"thread_id": "growing-pages", "checkpoint_ns": ""}}
+        version = None
+        for i in range(215):
+            version = saver.get_next_version(version, None)
+            checkpoint = empty_checkpoint()
+            checkpoint["id"] = f"{i:08}"
+            checkpoint["channel_values"] = {"counter": i}
+            checkpoint["channel_versions"] = {"counter": version}
+            config = saver.put(config, checkpoint, {}, {"counter": version})
+        counter = RoundTripCounter(saver)
+        original = store.MAX_PAGE_SIZE
+        store.MAX_PAGE_SIZE = 50
+        try:
+            listed = saver.list(thread("growing-pages"))
+            first = next(listed)
+            assert [r.params["page_size"] for r in counter.requests[:1]] == [10]
+            rest = list(listed)
+        finally:
+            store.MAX_PAGE_SIZE = original
+        pages = [r.params["page_size"] for r in counter.requests if "page_size" in r.params]
+        assert pages == [10, 20, 40, 50, 50, 50]  # 10 + 20 + 40 + 3 * 50 = 220 >= 215
+        assert [first.checkpoint["id"]] + [t.checkpoint["id"] for t in rest] == [
+            f"{i:08}" for i in reversed(range(215))
+        ]
+        assert [t.checkpoint["channel_values"]["counter"] for t in rest[:3]] == [213, 212, 211]
+        saver.delete_thread("growing-pages")
+
+
 def test_bad_configs_are_named(saver: ColosseumSaver) -> None:
     with pytest.raises(InvalidConfigError, match="thread_id"):
         saver.get_tuple({"configurable": {}})
