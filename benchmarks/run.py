@@ -35,6 +35,7 @@ import importlib.metadata
 import json
 import os
 import platform
+import signal
 import sys
 import time
 from pathlib import Path
@@ -141,8 +142,15 @@ def parse_args(argv: list[str] | None) -> argparse.Namespace:
     return args
 
 
+def _exit_on_sigterm(signum: int, frame: Any) -> None:
+    # A killed run still stops its private servers and drops its database
+    # (the `finally` blocks run on SystemExit, not on a bare SIGTERM).
+    raise SystemExit(128 + signum)
+
+
 def main(argv: list[str] | None = None) -> int:
     args = parse_args(argv)
+    signal.signal(signal.SIGTERM, _exit_on_sigterm)
     p = params_for(args.quick)
     started = time.perf_counter()
     results: dict[str, Any] = {}
