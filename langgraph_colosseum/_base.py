@@ -220,6 +220,14 @@ class ColosseumSaverBase(BaseCheckpointSaver[str], abc.ABC, Generic[ThreadsT]):
         await self._arun(self._store.delete_for_runs(run_ids))
 
     def copy_thread(self, source_thread_id: str, target_thread_id: str) -> None:
+        """Copy a thread whole (a fork). IdempotentToolNode keys the copy's tool calls
+        by lineage, as its source keyed them: a side effect the source recorded is
+        not repeated on the copy (see the README, Idempotent tools).
+
+        Example:
+            >>> saver.copy_thread("t1", "t1-retry")
+            >>> graph.invoke(None, {"configurable": {"thread_id": "t1-retry"}})
+        """
         self._run(self._store.copy_thread(source_thread_id, target_thread_id))
 
     async def acopy_thread(self, source_thread_id: str, target_thread_id: str) -> None:

@@ -247,3 +247,60 @@ class StoreSchemaMissingError(SchemaMissingError):
             "run store.setup() (await store.setup() on the async store), with the same "
             "index= as the store uses, or `colosseum store setup` (no index).",
         )
+
+
+class LeaseLostError(ThreadBusyError):
+    """A write made inside `run_guard` after the guard stopped owning the thread.
+
+    Its lease lapsed (the process was paused, or its heartbeat could not reach
+    Postgres) and another run took the thread. Nothing was written: the other
+    run's steps stay on the head's branch. Read the thread again and decide.
+    """
+
+    def __init__(self, thread_id: str, *, token: int, checkpoint_id: str | None) -> None:
+        self.thread_id = thread_id
+        self.token = token
+        self.checkpoint_id = checkpoint_id
+        at = f" (checkpoint {checkpoint_id!r})" if checkpoint_id else ""
+        ColosseumError.__init__(
+            self,
+            f"lease lost on thread {thread_id!r}: this run_guard (token {token}) no longer "
+            f"owns the thread, so its write{at} was refused and nothing was written. Its "
+            "lease lapsed and another run took the thread. Read the thread's state again "
+            "before retrying, under a new run_guard.",
+        )
+
+
+class CheckpointDeletedError(ColosseumError):
+    """A write continues from, or belongs to, a checkpoint that was deleted.
+
+    `delete_thread`, `delete_for_runs`, `prune` or the retention sweep removed
+    it while a run of the thread was in flight. Nothing of the write was
+    stored; a new run on the same `thread_id` starts a fresh thread.
+    """
+
+    def __init__(
+        self,
+        *,
+        thread_id: str,
+        checkpoint_ns: str,
+        checkpoint_id: str,
+        deleted_id: str | None,
+        operation: str,
+    ) -> None:
+        self.thread_id = thread_id
+        self.checkpoint_ns = checkpoint_ns
+        self.checkpoint_id = checkpoint_id
+        self.deleted_id = deleted_id
+        ns = f", namespace {checkpoint_ns!r}" if checkpoint_ns else ""
+        which = (
+            f"checkpoint {deleted_id!r} it continues from was"
+            if deleted_id and deleted_id != checkpoint_id
+            else "checkpoint was"
+        )
+        super().__init__(
+            f"refused {operation} of checkpoint {checkpoint_id!r} of thread {thread_id!r}{ns}: "
+            f"the {which} deleted (delete_thread, delete_for_runs, prune or the retention "
+            "sweep) while this run was in flight. Nothing was written. Start a new run: on "
+            "the same thread_id it begins a fresh thread."
+        )

@@ -21,7 +21,7 @@ from typing import TYPE_CHECKING, Any, Literal
 
 from langgraph_colosseum._core import io
 from langgraph_colosseum._core import threads as ops
-from langgraph_colosseum._core.guard import RUN_OWNER
+from langgraph_colosseum._core.guard import RUN_OWNER, RunFence
 from langgraph_colosseum._core.threads import AuditEntry, ThreadInfo
 from langgraph_colosseum._leases import arenewing, renewing
 
@@ -116,7 +116,7 @@ class Threads:
         owner = uuid.uuid4().hex
         seconds = lease.total_seconds()
         token = self._run(ops.acquire(thread_id, owner, seconds, wait=on_busy == "wait"))
-        context_token = RUN_OWNER.set(owner)
+        context_token = RUN_OWNER.set(RunFence(thread_id, owner, token))
         try:
             with renewing(self._run, partial(ops.renew, thread_id, owner, seconds), seconds):
                 yield token
@@ -201,7 +201,7 @@ class AsyncThreads:
         owner = uuid.uuid4().hex
         seconds = lease.total_seconds()
         token = await self._run(ops.acquire(thread_id, owner, seconds, wait=on_busy == "wait"))
-        context_token = RUN_OWNER.set(owner)
+        context_token = RUN_OWNER.set(RunFence(thread_id, owner, token))
         try:
             async with arenewing(self._run, partial(ops.renew, thread_id, owner, seconds), seconds):
                 yield token

@@ -44,6 +44,7 @@ from langgraph_colosseum._core.ledger import (
     default_key,
     execute_once,
     heartbeat,
+    lineage_of,
 )
 from langgraph_colosseum._leases import arenewing, renewing
 from langgraph_colosseum.errors import (
@@ -131,7 +132,7 @@ class IdempotentToolNode(ToolNode):
             timeout=timeout.total_seconds() if timeout is not None else None,
         )
 
-    def _plan(self, request: ToolCallRequest) -> tuple[ColosseumSaverBase, ToolCallPlan]:
+    def _ledger_of(self, request: ToolCallRequest) -> tuple[ColosseumSaverBase, str]:
         config = request.runtime.config or {}
         configurable = config.get("configurable", {})
         ledger = self._ledger or configurable.get("__pregel_checkpointer")
@@ -144,13 +145,18 @@ class IdempotentToolNode(ToolNode):
         thread_id = configurable.get("thread_id")
         if thread_id is None:
             raise LedgerMissingError("IdempotentToolNode runs need configurable.thread_id")
+        return ledger, str(thread_id)
+
+    def _plan(self, request: ToolCallRequest, thread_id: str, lineage: str | None) -> ToolCallPlan:
+        configurable = (request.runtime.config or {}).get("configurable", {})
         call = request.tool_call
         identity = ToolCallIdentity(
-            thread_id=str(thread_id),
+            thread_id=thread_id,
             checkpoint_ns=_stable_namespace(configurable.get("checkpoint_ns", "")),
             tool_name=call["name"],
             args=call.get("args", {}),
             tool_call_id=call.get("id"),
+            lineage=lineage,
         )
         plan = ToolCallPlan(
             identity=identity,
@@ -158,7 +164,7 @@ class IdempotentToolNode(ToolNode):
             task_id=configurable.get("__pregel_task_id"),
             policy=self._policy(call["name"]),
         )
-        return ledger, plan
+        return plan
 
     # -------------------------------------------------------------- drivers
 
@@ -178,9 +184,10 @@ class IdempotentToolNode(ToolNode):
         self, request: ToolCallRequest, execute: Callable[[ToolCallRequest], Any]
     ) -> Any:
         try:
-            ledger, plan = self._plan(request)
+            ledger, thread_id = self._ledger_of(request)
         except _FOR_THE_GRAPH as exc:
             return _LedgerError(exc)
+        plan = self._plan(request, thread_id, ledger._run(lineage_of(thread_id)))
 
         def perform(req: Request) -> Any:
             if isinstance(req, RunTool):
@@ -199,9 +206,10 @@ class IdempotentToolNode(ToolNode):
         self, request: ToolCallRequest, execute: Callable[[ToolCallRequest], Any]
     ) -> Any:
         try:
-            ledger, plan = self._plan(request)
+            ledger, thread_id = self._ledger_of(request)
         except _FOR_THE_GRAPH as exc:
             return _LedgerError(exc)
+        plan = self._plan(request, thread_id, await ledger._arun(lineage_of(thread_id)))
 
         async def perform(req: Request) -> Any:
             if isinstance(req, RunTool):

@@ -249,6 +249,63 @@ GUARDS: list[Guard] = [
         mutant="if False:",
         tests=(f"{HOT_TRUTH}::test_a_tampered_head_is_a_logged_miss",),
     ),
+    Guard(
+        name="deleted stays deleted: a write naming a deleted checkpoint is refused",
+        file="langgraph_colosseum/_core/sql.py",
+        original=(
+            "    SELECT d.checkpoint_id FROM lineage l\n    JOIN colosseum_tombstones d\n"
+            "      ON d.thread_id = %(thread_id)s AND d.checkpoint_ns = l.ns "
+            "AND d.checkpoint_id = l.id\n    UNION ALL"
+        ),
+        mutant="",
+        tests=(
+            "tests/integration/test_deleted_stays_deleted.py"
+            "::test_late_writes_to_a_deleted_checkpoint_are_refused[postgres]",
+        ),
+    ),
+    Guard(
+        name="deleted stays deleted: a checkpoint created before its thread's deletion is refused",
+        file="langgraph_colosseum/_core/sql.py",
+        original="WHERE g.thread_id = %(thread_id)s AND %(created)s::text < g.before",
+        mutant="WHERE false",
+        tests=(
+            "tests/integration/test_deleted_stays_deleted.py"
+            "::test_a_checkpoint_made_before_the_delete_is_refused[postgres]",
+        ),
+    ),
+    Guard(
+        name="deleted stays deleted: a put of a deleted run is refused",
+        file="langgraph_colosseum/_core/sql.py",
+        original="    WHERE r.run_id = %(run_id)s::text",
+        mutant="    WHERE false",
+        tests=(
+            "tests/integration/test_deleted_stays_deleted.py"
+            "::test_a_put_of_a_deleted_run_is_refused[postgres]",
+        ),
+    ),
+    Guard(
+        name="run guard: a guarded write needs this guard's owner and token (lease lost)",
+        file="langgraph_colosseum/_core/sql.py",
+        original=(
+            "       OR (%(run_owner)s::text IS NOT NULL\n"
+            "           AND (run_owner IS DISTINCT FROM %(run_owner)s::text\n"
+            "                OR run_token IS DISTINCT FROM %(run_token)s::bigint))"
+        ),
+        mutant="",
+        tests=(
+            "tests/integration/test_fencing.py"
+            "::test_stale_holder_loses_its_lease_to_a_released_successor[postgres-sync]",
+        ),
+    ),
+    Guard(
+        name="thread status: 'busy' only while the guard's lease is live",
+        file="langgraph_colosseum/_core/sql.py",
+        original="            WHEN t.status = 'busy' AND t.run_lease_until > now() THEN 'busy'\n",
+        mutant="            WHEN t.status = 'busy' THEN 'busy'\n",
+        tests=(
+            "tests/integration/test_fencing.py::test_status_follows_runs_after_a_dead_holder[postgres]",
+        ),
+    ),
 ]
 
 # Copied into the temporary tree: what the tests import and read.

@@ -93,33 +93,59 @@ WHERE idempotency_key = %(key)s AND lease_owner = %(owner)s AND status = 'RUNNIN
 """
 
 
+# The thread whose ledger a thread's calls are keyed by (see schema migration 5).
+LINEAGE = "SELECT lineage FROM colosseum_thread_lineage WHERE thread_id = %(thread_id)s"
+
+
 @dataclass(frozen=True)
 class ToolCallIdentity:
-    """What identifies one tool call; the input of the idempotency key."""
+    """What identifies one tool call; the input of the idempotency key.
+
+    `lineage` is the thread the call's key is derived from: the thread itself,
+    or for a thread made by `copy_thread` (a copy, a fork) the thread it was
+    copied from (its first ancestor). A call that the source recorded has the
+    same key on every copy, so a copy does not repeat the side effect, and an
+    API that deduplicates on `current_idempotency_key()` sees the same key.
+    """
 
     thread_id: str
     checkpoint_ns: str
     tool_name: str
     args: Any
     tool_call_id: str | None
+    lineage: str | None = None  # None: the thread itself
+
+    @property
+    def key_thread(self) -> str:
+        return self.lineage or self.thread_id
 
 
 def default_key(call: ToolCallIdentity) -> str:
-    """SHA-256 of thread, namespace, tool name, RFC 8785 JSON of the args, tool_call_id.
+    """SHA-256 of the thread (its lineage: a copy keys as its source), namespace,
+    tool name, RFC 8785 JSON of the args, and tool_call_id.
 
     Example:
         >>> key = default_key(ToolCallIdentity("t1", "", "pay", {"amount": 10}, "call-1"))
         >>> len(key)
         64
+        >>> key == default_key(ToolCallIdentity("t1-copy", "", "pay", {"amount": 10},
+        ...                                     "call-1", lineage="t1"))
+        True
     """
     return _digest(
-        [call.thread_id, call.checkpoint_ns, call.tool_name, call.args, call.tool_call_id]
+        [call.key_thread, call.checkpoint_ns, call.tool_name, call.args, call.tool_call_id]
     )
 
 
 def key_without_call_id(call: ToolCallIdentity) -> str:
     """A key that survives an LLM re-issuing the same call under a new tool_call_id."""
-    return _digest([call.thread_id, call.checkpoint_ns, call.tool_name, call.args])
+    return _digest([call.key_thread, call.checkpoint_ns, call.tool_name, call.args])
+
+
+def lineage_of(thread_id: str) -> Operation[str | None]:
+    """The thread `thread_id` was copied from (first ancestor), None for an original."""
+    rows = yield Query(LINEAGE, {"thread_id": thread_id})
+    return rows[0][0] if rows else None
 
 
 def _digest(parts: list[Any]) -> str:

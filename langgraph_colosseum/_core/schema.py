@@ -166,6 +166,51 @@ MIGRATIONS: list[str] = [
         PRIMARY KEY (thread_id, head_key)
     );
     """,
+    # 5: what was deleted. delete_thread, delete_for_runs, prune and the
+    # retention sweep record every checkpoint they remove, in their own
+    # transaction, so that a run still in flight cannot write it back: a put
+    # that continues from one of these, or writes to one, is refused in its
+    # statement (see sql.PUT, sql.PUT_WRITES). A put that is refused that way
+    # is recorded too, so the writes of its tasks are refused after it.
+    """
+    CREATE TABLE IF NOT EXISTS colosseum_tombstones (
+        thread_id     text COLLATE "C" NOT NULL,
+        checkpoint_ns text COLLATE "C" NOT NULL,
+        checkpoint_id text COLLATE "C" NOT NULL,
+        deleted_at    timestamptz NOT NULL DEFAULT now(),
+        PRIMARY KEY (thread_id, checkpoint_ns, checkpoint_id)
+    );
+    -- A deleted thread: a checkpoint created before `before` (the time of the
+    -- deletion as a uuid6 timestamp, 15 hex digits, as LangGraph's checkpoint
+    -- ids begin) belongs to a run of the deleted thread, and is refused even if
+    -- its put had not reached Postgres when the thread was deleted.
+    CREATE TABLE IF NOT EXISTS colosseum_deleted_threads (
+        thread_id  text COLLATE "C" PRIMARY KEY,
+        before     text COLLATE "C" NOT NULL,
+        deleted_at timestamptz NOT NULL DEFAULT now()
+    );
+    -- Runs removed by delete_for_runs: their later puts are refused. Keyed by
+    -- run alone (a run not yet stored has no known thread): a small table, a
+    -- reference table on Citus.
+    CREATE TABLE IF NOT EXISTS colosseum_deleted_runs (
+        run_id     text COLLATE "C" PRIMARY KEY,
+        deleted_at timestamptz NOT NULL DEFAULT now()
+    );
+    """,
+    # 6: the lineage of a copied thread: copy_thread records, for the target,
+    # the thread whose tool ledger its calls are keyed by (the source's own
+    # lineage, or the source). IdempotentToolNode keys a call on a copy as the
+    # source keyed it, so the copy finds the source's ledger rows and does not
+    # repeat a side effect the source recorded. A thread without a row is its
+    # own lineage.
+    """
+    CREATE TABLE IF NOT EXISTS colosseum_thread_lineage (
+        thread_id text COLLATE "C" PRIMARY KEY,
+        lineage   text COLLATE "C" NOT NULL
+    );
+    CREATE INDEX IF NOT EXISTS colosseum_thread_lineage_lineage
+        ON colosseum_thread_lineage (lineage);
+    """,
 ]
 
 LATEST_VERSION = len(MIGRATIONS)

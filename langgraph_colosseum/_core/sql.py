@@ -200,13 +200,102 @@ ARRAY(SELECT ARRAY[s.thread_id, s.head_key, s.recorded_at::text]
       FROM colosseum_stale_heads s LIMIT {STALE_HEADS_PAGE})
 """
 
+# Deleted stays deleted. A write is refused when a checkpoint of its
+# `lineage` is recorded as deleted (colosseum_tombstones), when its own
+# checkpoint was created before its thread was deleted (a LangGraph checkpoint
+# id begins with its creation time; `created` is that time, see
+# store.uuid6_time), or (a put) when its run was deleted. A checkpoint that was
+# never stored is not a deleted one: LangGraph sends a step's writes before its
+# checkpoint's put, and a put may name a parent this saver never saw.
+#
+# Writes and deletes of a thread exclude each other with an advisory lock on
+# it (WRITE_LOCK, shared, in the write's transaction, before the write's
+# statement; DELETE_LOCK, exclusive, first in a delete's): a delete waits for
+# the writes in flight and deletes what they wrote, and a write that comes
+# after it starts its statement after the delete's commit, so it sees what the
+# delete recorded. One statement alone could not: what commits while it waits
+# is not in its snapshot (READ COMMITTED), and a new thread has no row to lock.
+# delete_for_runs does the same per run (a run's first put names no thread it
+# could know of): RUNS_LOCK, exclusive, then it records the runs as deleted.
+THREAD_LOCK_CLASS = 0x636F6C  # the advisory lock spaces of colosseum threads and runs
+RUN_LOCK_CLASS = 0x636F6D
+WRITE_LOCK = f"""
+SELECT pg_advisory_xact_lock_shared({THREAD_LOCK_CLASS}, hashtext(%(thread_id)s)),
+       CASE WHEN %(run_id)s::text IS NOT NULL
+            THEN pg_advisory_xact_lock_shared({RUN_LOCK_CLASS}, hashtext(%(run_id)s)) END
+"""
+RUNS_LOCK = f"""
+SELECT pg_advisory_xact_lock({RUN_LOCK_CLASS}, h)
+FROM (SELECT DISTINCT hashtext(r) AS h FROM unnest(%(run_ids)b::text[]) AS r) AS keys
+ORDER BY h
+"""
+DELETE_LOCK = f"""
+SELECT pg_advisory_xact_lock({THREAD_LOCK_CLASS}, h)
+FROM (SELECT DISTINCT hashtext(t) AS h FROM unnest(%(thread_ids)b::text[]) AS t) AS keys
+ORDER BY h  -- two deletes of the same threads take them in one order
+"""
+
+_DELETED = """
+fence AS (
+    SELECT run_owner, run_token, run_lease_until FROM colosseum_threads
+    WHERE thread_id = %(thread_id)s
+    FOR KEY SHARE
+),
+deleted AS (
+    SELECT d.checkpoint_id FROM lineage l
+    JOIN colosseum_tombstones d
+      ON d.thread_id = %(thread_id)s AND d.checkpoint_ns = l.ns AND d.checkpoint_id = l.id
+    UNION ALL
+    -- the thread was deleted after this checkpoint was created (its put, or
+    -- the put of the run's first checkpoint, had not landed yet)
+    SELECT %(checkpoint_id)s AS checkpoint_id FROM colosseum_deleted_threads g
+    WHERE g.thread_id = %(thread_id)s AND %(created)s::text < g.before
+    {more}
+),
+"""
+
+# A fence checked where the write happens. Refused: a write while another run
+# holds the thread (run_guard) with a live lease; and a write made inside a
+# guard that no longer owns the thread with its token (lease lost: its lease
+# lapsed and another run took the thread, or the row is gone). The row is
+# locked (`fence`, KEY SHARE), so a guard taken meanwhile (ACQUIRE locks it FOR
+# UPDATE) is seen as it is after its commit, never as it was before.
+_FENCED = """
+fenced AS (
+    SELECT 1 FROM fence
+    WHERE (run_owner IS NOT NULL AND run_lease_until > now()
+           AND run_owner IS DISTINCT FROM %(run_owner)s::text)
+       OR (%(run_owner)s::text IS NOT NULL
+           AND (run_owner IS DISTINCT FROM %(run_owner)s::text
+                OR run_token IS DISTINCT FROM %(run_token)s::bigint))
+    UNION ALL
+    SELECT 1 WHERE %(run_owner)s::text IS NOT NULL AND NOT EXISTS (SELECT 1 FROM fence)
+),
+"""
+
+# A put of a run that delete_for_runs removed.
+_DELETED_RUN = """
+    UNION ALL
+    SELECT %(checkpoint_id)s AS checkpoint_id FROM colosseum_deleted_runs r
+    WHERE r.run_id = %(run_id)s::text
+"""
+
 # The checkpoint row and its changed values in one statement. A delta row
 # needs its base: the base rows are locked (FOR KEY SHARE, so a concurrent
 # prune skips them) and if any is gone (pruned after this process cached it),
 # nothing is written and `missing_bases` tells the caller to retry full.
 PUT = compact(
-    """
-WITH input AS (
+    f"""
+-- The checkpoints this one continues from: its parent, and (a subgraph's) the
+-- checkpoint of each enclosing namespace (metadata "parents"); and itself.
+WITH lineage AS (
+    SELECT %(checkpoint_ns)s::text AS ns, %(parent_checkpoint_id)s::text AS id
+    WHERE %(parent_checkpoint_id)s::text IS NOT NULL
+    UNION ALL SELECT %(checkpoint_ns)s, %(checkpoint_id)s
+    UNION ALL SELECT key, value FROM jsonb_each_text(%(parents)s::jsonb)
+),
+{_DELETED.format(more=_DELETED_RUN)}
+input AS (
     SELECT * FROM unnest(%(channels)b::text[], %(versions)b::text[], %(encodings)b::text[],
                          %(jsons)b::text[], %(datas)b::bytea[], %(types)b::text[],
                          %(bases)b::text[], %(depths)b::int[])
@@ -227,20 +316,48 @@ missing AS (
     WHERE i.base_version IS NOT NULL
       AND NOT EXISTS (SELECT 1 FROM bases b WHERE b.channel = i.channel AND b.version = i.base_version)
 ),
--- Another run holds the thread (run_guard): this writer may not interleave.
-fenced AS (
-    SELECT 1 FROM colosseum_threads
-    WHERE thread_id = %(thread_id)s AND run_owner IS NOT NULL AND run_lease_until > now()
-      AND run_owner IS DISTINCT FROM %(run_owner)s::text
-),
+{_FENCED}
 refused AS (
-    SELECT 1 FROM missing UNION ALL SELECT 1 FROM fenced
+    SELECT 1 FROM missing UNION ALL SELECT 1 FROM deleted UNION ALL SELECT 1 FROM fenced
+),
+-- A refused put is recorded as deleted too, so the writes of its tasks are
+-- refused after it; those that landed first (durability="async") go with it.
+-- (The writes of the steps LangGraph runs after it: see _core/runs.py.)
+bury AS (
+    INSERT INTO colosseum_tombstones (thread_id, checkpoint_ns, checkpoint_id)
+    SELECT %(thread_id)s, %(checkpoint_ns)s, %(checkpoint_id)s
+    WHERE EXISTS (SELECT 1 FROM deleted)
+    ON CONFLICT DO NOTHING
+),
+early_writes_gone AS (
+    DELETE FROM colosseum_writes
+    WHERE thread_id = %(thread_id)s AND checkpoint_ns = %(checkpoint_ns)s
+      AND checkpoint_id = %(checkpoint_id)s AND EXISTS (SELECT 1 FROM deleted)
+),
+-- with the registry row those writes alone made (a status, no checkpoint)
+early_row_gone AS (
+    DELETE FROM colosseum_threads t
+    WHERE t.thread_id = %(thread_id)s AND EXISTS (SELECT 1 FROM deleted)
+      AND t.head_checkpoint_id IS NULL
+      AND NOT EXISTS (SELECT 1 FROM colosseum_checkpoints c WHERE c.thread_id = t.thread_id)
+),
+-- An interrupt or error written before this put (durability="async") is the
+-- status a new registry row starts with.
+early AS (
+    SELECT CASE WHEN bool_or(channel = '__error__') THEN 'error'
+                WHEN bool_or(channel = '__interrupt__') THEN 'interrupted' END AS status
+    FROM colosseum_writes
+    WHERE thread_id = %(thread_id)s AND checkpoint_ns = '' AND %(checkpoint_ns)s = ''
+      AND checkpoint_id = %(checkpoint_id)s AND idx < 0
 ),
 registry AS (
     INSERT INTO colosseum_threads AS t
-        (thread_id, metadata, state_values, head_checkpoint_id, expires_at)
+        (thread_id, metadata, state_values, head_checkpoint_id, expires_at, status,
+         status_checkpoint_id)
     SELECT %(thread_id)s, %(run_metadata)s::jsonb, %(values_set)s::jsonb, %(checkpoint_id)s,
-           now() + %(ttl)s::interval
+           now() + %(ttl)s::interval, coalesce(early.status, 'idle'),
+           CASE WHEN early.status IS NOT NULL THEN %(checkpoint_id)s END
+    FROM early
     WHERE %(checkpoint_ns)s = '' AND NOT EXISTS (SELECT 1 FROM refused)
     ON CONFLICT (thread_id) DO UPDATE
     -- LangGraph sends puts and put_writes in the background, on several
@@ -252,12 +369,19 @@ registry AS (
     -- change no indexed column, and Postgres updates the row in place (HOT).
     SET updated_at = CASE WHEN t.updated_at < now() - interval '1 second'
                           THEN now() ELSE t.updated_at END,
+        -- 'busy' only while its guard's lease is live: a holder that died
+        -- leaves the status to the runs after it.
         status = CASE
-            WHEN t.status = 'busy' THEN 'busy'
+            WHEN t.status = 'busy' AND t.run_lease_until > now() THEN 'busy'
             WHEN EXCLUDED.head_checkpoint_id < coalesce(t.head_checkpoint_id, '') THEN t.status
+            WHEN EXCLUDED.status <> 'idle' THEN EXCLUDED.status
             WHEN t.status IN ('interrupted', 'error')
                  AND t.status_checkpoint_id >= EXCLUDED.head_checkpoint_id THEN t.status
             ELSE 'idle' END,
+        status_checkpoint_id = CASE
+            WHEN EXCLUDED.status <> 'idle'
+                 AND EXCLUDED.head_checkpoint_id >= coalesce(t.head_checkpoint_id, '')
+            THEN EXCLUDED.status_checkpoint_id ELSE t.status_checkpoint_id END,
         metadata = t.metadata || EXCLUDED.metadata,
         state_values = CASE WHEN EXCLUDED.head_checkpoint_id >= coalesce(t.head_checkpoint_id, '')
                             THEN (t.state_values - %(values_del)s::text[]) || EXCLUDED.state_values
@@ -289,33 +413,41 @@ new_checkpoint AS (
 SELECT ARRAY(SELECT channel FROM missing) AS missing_bases,
        ARRAY(SELECT channel FROM new_values) AS inserted,
        EXISTS (SELECT 1 FROM fenced) AS fenced,
+       (SELECT checkpoint_id FROM deleted LIMIT 1) AS deleted,
        -- The checkpoint's writes that committed first (LangGraph sends puts in
        -- the background): the hot head may only advance if it holds them all.
        ARRAY(SELECT w.idx || ':' || w.task_id FROM colosseum_writes w
              WHERE w.thread_id = %(thread_id)s AND w.checkpoint_ns = %(checkpoint_ns)s
                AND w.checkpoint_id = %(checkpoint_id)s) AS writes_before,
        -- For the hot head (hot.py): the database incarnation, and heads to drop.
+       {INCARNATION} AS incarnation, {STALE_HEADS} AS stale_heads
 """
-    + f"{INCARNATION} AS incarnation, {STALE_HEADS} AS stale_heads"
 )
 
 # Regular writes are insert-if-absent (a retried task must not change what
 # was recorded); special channels (negative idx: errors, interrupts, resumes)
 # replace, as InMemorySaver does.
-PUT_WRITES = f"""
-WITH fenced AS (
-    SELECT 1 FROM colosseum_threads
-    WHERE thread_id = %(thread_id)s AND run_owner IS NOT NULL AND run_lease_until > now()
-      AND run_owner IS DISTINCT FROM %(run_owner)s::text
+PUT_WRITES = """
+WITH lineage AS (
+    SELECT %(checkpoint_ns)s::text AS ns, %(checkpoint_id)s::text AS id
+    UNION ALL SELECT key, value FROM jsonb_each_text(%(parents)s::jsonb)
+),
+{deleted}
+{fenced}
+refused AS (
+    SELECT 1 FROM deleted UNION ALL SELECT 1 FROM fenced
 ),
 status AS (
     -- An interrupt or an error at the root head is the thread's status.
-    -- An upsert: these writes may reach Postgres before their checkpoint's put.
+    -- An upsert: these writes may reach Postgres before their checkpoint's put
+    -- (and before the put that creates the row, which it then waits for). A
+    -- deleted thread is not created again: its writes are refused.
     INSERT INTO colosseum_threads AS t (thread_id, status, status_checkpoint_id)
     SELECT %(thread_id)s, %(status)s, %(checkpoint_id)s
-    WHERE %(status)s::text IS NOT NULL AND NOT EXISTS (SELECT 1 FROM fenced)
+    WHERE %(status)s::text IS NOT NULL AND NOT EXISTS (SELECT 1 FROM refused)
     ON CONFLICT (thread_id) DO UPDATE
-    SET status = CASE WHEN t.status = 'busy' THEN 'busy' ELSE EXCLUDED.status END,
+    SET status = CASE WHEN t.status = 'busy' AND t.run_lease_until > now() THEN 'busy'
+                      ELSE EXCLUDED.status END,
         status_checkpoint_id = EXCLUDED.status_checkpoint_id, updated_at = now()
     WHERE coalesce(t.head_checkpoint_id, '') <= EXCLUDED.status_checkpoint_id
 ),
@@ -328,23 +460,109 @@ SELECT %(thread_id)s, %(checkpoint_ns)s, %(checkpoint_id)s, %(task_id)s, u.idx,
 FROM unnest(%(idxs)b::int[], %(channels)b::text[], %(encodings)b::text[],
             %(jsons)b::text[], %(datas)b::bytea[], %(types)b::text[])
      AS u(idx, channel, encoding, value, value_bytes, value_type)
-WHERE NOT EXISTS (SELECT 1 FROM fenced)
+WHERE NOT EXISTS (SELECT 1 FROM refused)
 ON CONFLICT (thread_id, checkpoint_ns, checkpoint_id, task_id, idx)
 DO UPDATE SET channel = EXCLUDED.channel, task_path = EXCLUDED.task_path,
               encoding = EXCLUDED.encoding, value = EXCLUDED.value,
               value_bytes = EXCLUDED.value_bytes, value_type = EXCLUDED.value_type
 WHERE EXCLUDED.idx < 0
 )
-SELECT EXISTS (SELECT 1 FROM fenced), {INCARNATION} AS incarnation, {STALE_HEADS} AS stale_heads
+SELECT EXISTS (SELECT 1 FROM fenced), (SELECT checkpoint_id FROM deleted LIMIT 1),
+       {incarnation} AS incarnation, {stale_heads} AS stale_heads
+""".format(
+    deleted=_DELETED.format(more=""),
+    fenced=_FENCED,
+    incarnation=INCARNATION,
+    stale_heads=STALE_HEADS,
+)
+
+# The writes a refused run stored for checkpoints that were never stored
+# (see _core/runs.py): deleted, and their checkpoints recorded as deleted.
+BURY_ORPHAN_WRITES = """
+WITH orphans AS (
+    SELECT k.thread_id, k.checkpoint_ns, k.checkpoint_id
+    FROM unnest(%(threads)b::text[], %(namespaces)b::text[], %(ids)b::text[])
+         AS k(thread_id, checkpoint_ns, checkpoint_id)
+    WHERE NOT EXISTS (
+        SELECT 1 FROM colosseum_checkpoints c
+        WHERE c.thread_id = k.thread_id AND c.checkpoint_ns = k.checkpoint_ns
+          AND c.checkpoint_id = k.checkpoint_id)
+),
+bury AS (
+    INSERT INTO colosseum_tombstones (thread_id, checkpoint_ns, checkpoint_id)
+    SELECT * FROM orphans
+    ON CONFLICT DO NOTHING
+),
+gone AS (
+    DELETE FROM colosseum_writes w USING orphans o
+    WHERE w.thread_id = o.thread_id AND w.checkpoint_ns = o.checkpoint_ns
+      AND w.checkpoint_id = o.checkpoint_id
+)
+-- and a registry row that only those writes made (a status, no checkpoint)
+DELETE FROM colosseum_threads t
+WHERE t.thread_id IN (SELECT thread_id FROM orphans) AND t.head_checkpoint_id IS NULL
+  AND NOT EXISTS (SELECT 1 FROM colosseum_checkpoints c WHERE c.thread_id = t.thread_id)
 """
 
 _THREAD_TABLES = (
     "colosseum_threads",
+    "colosseum_thread_lineage",
     "colosseum_tool_calls",
     "colosseum_delta_histories",
     "colosseum_writes",
     "colosseum_channel_values",
     "colosseum_checkpoints",
+)
+
+# Every checkpoint of the threads, and every checkpoint their writes name (a
+# step's writes may land before its checkpoint's put), recorded as deleted.
+_TOMBSTONE_THREADS = """
+INSERT INTO colosseum_tombstones (thread_id, checkpoint_ns, checkpoint_id)
+SELECT thread_id, checkpoint_ns, checkpoint_id FROM colosseum_checkpoints
+WHERE thread_id = ANY(%(thread_ids)b::text[]) {only}
+UNION
+SELECT thread_id, checkpoint_ns, checkpoint_id FROM colosseum_writes
+WHERE thread_id = ANY(%(thread_ids)b::text[]) {only}
+ON CONFLICT DO NOTHING
+"""
+# ... and the thread itself, with the time of its deletion as a uuid6
+# timestamp (100 ns since 1582-10-15): checkpoints created before it are refused.
+_DELETED_THREAD = """
+INSERT INTO colosseum_deleted_threads AS g (thread_id, before)
+SELECT t, lpad(to_hex((extract(epoch FROM clock_timestamp()) * 10000000)::bigint
+                      + 122192928000000000), 15, '0')
+FROM unnest(%(thread_ids)b::text[]) AS t {only}
+ON CONFLICT (thread_id) DO UPDATE SET before = EXCLUDED.before, deleted_at = now()
+"""
+_EXPIRED = "AND thread_id IN (SELECT thread_id FROM colosseum_threads WHERE expires_at < now())"
+TOMBSTONE_THREADS = (_TOMBSTONE_THREADS.format(only=""), _DELETED_THREAD.format(only=""))
+TOMBSTONE_EXPIRED_THREADS = (
+    _TOMBSTONE_THREADS.format(only=_EXPIRED),
+    _DELETED_THREAD.format(
+        only="WHERE t IN (SELECT thread_id FROM colosseum_threads WHERE expires_at < now())"
+    ),
+)
+
+# Before a thread's ledger rows go with it: a row that a copy of the thread
+# (same lineage, see schema migration 5) keys its calls by is handed to that
+# copy, so deleting the source of a copy does not make the copy repeat a side
+# effect the source recorded.
+_REHOME_TOOL_CALLS = """
+UPDATE colosseum_tool_calls c SET thread_id = heir.thread_id
+FROM (
+    SELECT d.thread_id AS dying, min(l.thread_id) AS thread_id
+    FROM unnest(%(thread_ids)b::text[]) AS d(thread_id)
+    LEFT JOIN colosseum_thread_lineage own ON own.thread_id = d.thread_id
+    JOIN colosseum_thread_lineage l
+      ON l.lineage = coalesce(own.lineage, d.thread_id)
+     AND NOT l.thread_id = ANY(%(thread_ids)b::text[])
+    GROUP BY d.thread_id
+) AS heir
+WHERE c.thread_id = heir.dying {only}
+"""
+REHOME_TOOL_CALLS = _REHOME_TOOL_CALLS.format(only="")
+REHOME_EXPIRED_TOOL_CALLS = _REHOME_TOOL_CALLS.format(
+    only="AND c.thread_id IN (SELECT thread_id FROM colosseum_threads WHERE expires_at < now())"
 )
 
 DELETE_THREADS = tuple(
@@ -373,8 +591,15 @@ WITH touch AS (
 )
 """
 
-# Copy every row of a thread; the target keeps whatever it already had.
+# Copy every row of a thread; the target keeps whatever it already had. A
+# copied checkpoint is stored again on the target, so it is no longer a deleted
+# one there (a target deleted before, then copied into again).
 COPY_THREAD = (
+    """
+    DELETE FROM colosseum_tombstones d USING colosseum_checkpoints c
+    WHERE c.thread_id = %(source)s AND d.thread_id = %(target)s
+      AND d.checkpoint_ns = c.checkpoint_ns AND d.checkpoint_id = c.checkpoint_id
+    """,
     """
     INSERT INTO colosseum_checkpoints
         (thread_id, checkpoint_ns, checkpoint_id, parent_checkpoint_id, run_id,
@@ -410,6 +635,15 @@ COPY_THREAD = (
            encoding, value, value_bytes, value_type
     FROM colosseum_delta_histories WHERE thread_id = %(source)s
     ON CONFLICT DO NOTHING
+    """,
+    # The copy keys its tool calls as its source does (a target that had a
+    # lineage of its own keeps it).
+    """
+    INSERT INTO colosseum_thread_lineage (thread_id, lineage)
+    SELECT %(target)s, coalesce(
+        (SELECT lineage FROM colosseum_thread_lineage WHERE thread_id = %(source)s), %(source)s)
+    WHERE %(target)s <> %(source)s
+    ON CONFLICT (thread_id) DO NOTHING
     """,
 )
 
@@ -476,7 +710,19 @@ unnest(%(kept_threads)b::text[], %(kept_namespaces)b::text[], %(kept_ids)b::text
 
 # Older than the kept checkpoint of the same namespace. A checkpoint that a
 # concurrent run adds after the kept one was chosen is newer, and survives.
+# They are recorded as deleted first (the prune holds DELETE_LOCK).
 PRUNE_KEEP_LATEST = (
+    f"""
+    INSERT INTO colosseum_tombstones (thread_id, checkpoint_ns, checkpoint_id)
+    SELECT c.thread_id, c.checkpoint_ns, c.checkpoint_id FROM colosseum_checkpoints c, {_KEPT}
+    WHERE c.thread_id = k.thread_id AND c.checkpoint_ns = k.checkpoint_ns
+      AND c.checkpoint_id < k.checkpoint_id
+    UNION
+    SELECT c.thread_id, c.checkpoint_ns, c.checkpoint_id FROM colosseum_writes c, {_KEPT}
+    WHERE c.thread_id = k.thread_id AND c.checkpoint_ns = k.checkpoint_ns
+      AND c.checkpoint_id < k.checkpoint_id
+    ON CONFLICT DO NOTHING
+    """,
     f"""
     DELETE FROM colosseum_checkpoints c USING {_KEPT}
     WHERE c.thread_id = k.thread_id AND c.checkpoint_ns = k.checkpoint_ns
@@ -494,7 +740,32 @@ PRUNE_KEEP_LATEST = (
     """,
 )
 
+# A thread whose registry head was deleted (delete_for_runs) no longer shows
+# its values: the head becomes the newest root checkpoint left, its values
+# come back with the next put.
+RESET_DELETED_HEADS = """
+UPDATE colosseum_threads t
+SET state_values = '{}', updated_at = now(),
+    head_checkpoint_id = (SELECT max(c.checkpoint_id) FROM colosseum_checkpoints c
+                          WHERE c.thread_id = t.thread_id AND c.checkpoint_ns = '')
+WHERE t.thread_id = ANY(%(thread_ids)b::text[])
+  AND NOT EXISTS (SELECT 1 FROM colosseum_checkpoints c
+                  WHERE c.thread_id = t.thread_id AND c.checkpoint_ns = ''
+                    AND c.checkpoint_id = t.head_checkpoint_id)
+"""
+
+DELETED_RUNS = """
+INSERT INTO colosseum_deleted_runs (run_id) SELECT unnest(%(run_ids)b::text[])
+ON CONFLICT (run_id) DO UPDATE SET deleted_at = now()
+"""
+
 DELETE_RUNS = (
+    """
+    INSERT INTO colosseum_tombstones (thread_id, checkpoint_ns, checkpoint_id)
+    SELECT thread_id, checkpoint_ns, checkpoint_id FROM colosseum_checkpoints
+    WHERE run_id = ANY(%(run_ids)b::text[])
+    ON CONFLICT DO NOTHING
+    """,
     """
     DELETE FROM colosseum_writes w USING colosseum_checkpoints c
     WHERE c.run_id = ANY(%(run_ids)b::text[])

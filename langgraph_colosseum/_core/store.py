@@ -41,7 +41,7 @@ from langgraph_colosseum._core.crypt import (
     value_aad,
     write_aad,
 )
-from langgraph_colosseum._core.guard import RUN_OWNER
+from langgraph_colosseum._core.guard import fence_of
 from langgraph_colosseum._core.hot import CorruptHeadError, HotHead, write_field
 from langgraph_colosseum._core.io import (
     CACHE_UNAVAILABLE,
@@ -50,9 +50,11 @@ from langgraph_colosseum._core.io import (
     Emit,
     Operation,
     Query,
+    Sleep,
     Transaction,
 )
 from langgraph_colosseum._core.keys import checked_key
+from langgraph_colosseum._core.runs import Runs, RunWrites
 from langgraph_colosseum._core.threads import UnreadableRows
 from langgraph_colosseum._core.values import (
     DELTA_ENCODINGS,
@@ -75,9 +77,11 @@ from langgraph_colosseum._core.values import (
     parse_value_rows,
 )
 from langgraph_colosseum.errors import (
+    CheckpointDeletedError,
     CodecError,
     CorruptRowError,
     InvalidConfigError,
+    LeaseLostError,
     SchemaVersionError,
     ThreadBusyError,
     UnsupportedValueError,
@@ -162,6 +166,7 @@ class CheckpointStore:
         self.snapshot_every = snapshot_every
         self.bases = BaseCache(base_cache_bytes)
         self.seeds = ValueMemo(base_cache_bytes)
+        self.runs = Runs()  # the LangGraph runs writing through here (see runs.py)
         self.thread_ttl: timedelta | None = None  # set by Retention (threads.py)
         self.hot: HotHead | None = None  # the Redis hot head, when a cache is configured
         self.recorded_stale = False  # this process recorded heads Redis refused (see below)
@@ -553,16 +558,21 @@ class CheckpointStore:
             "metadata": self._json(
                 full_metadata, Where(thread_id, checkpoint_ns, checkpoint_id, "<metadata>")
             ),
+            "parents": _parents(metadata.get("parents")),
+            "created": uuid6_time(checkpoint_id),
             "channels": list(new_versions),
             "versions": [str(v) for v in new_versions.values()],
             **self._registry_params(config, checkpoint_ns, values, new_versions, planned),
         }
         sealed = self._seal_values(thread_id, checkpoint_ns, new_versions, planned)
-        ((missing_bases, inserted, fenced, writes_before, incarnation, stale),) = yield Query(
-            sql.PUT, {**params, **_value_columns(sealed)}, prepare=True
-        )
-        if fenced:
-            raise ThreadBusyError(thread_id)
+        run = self.runs.of(config)
+        here = Where(thread_id, checkpoint_ns, checkpoint_id, "<checkpoint>")
+        (
+            (missing_bases, inserted, fenced, deleted, writes_before, incarnation, stale),
+        ) = yield from self._send(run, sql.PUT, {**params, **_value_columns(sealed)}, here, "put")
+        if deleted is not None:
+            yield from self._bury_run(run)
+        self._refuse(params, fenced, deleted, "put")
         if missing_bases:
             # A base this process remembered was pruned meanwhile: nothing was
             # written; forget those bases and write those channels in full.
@@ -576,12 +586,17 @@ class CheckpointStore:
                 for (stored, base), (ch, v) in zip(planned, new_versions.items())
             ]
             sealed = self._seal_values(thread_id, checkpoint_ns, new_versions, planned)
-            ((missing_bases, inserted, fenced, writes_before, incarnation, stale),) = yield Query(
-                sql.PUT, {**params, **_value_columns(sealed)}
+            (
+                (missing_bases, inserted, fenced, deleted, writes_before, incarnation, stale),
+            ) = yield from self._send(
+                run, sql.PUT, {**params, **_value_columns(sealed)}, here, "put"
             )
-            if fenced:
-                raise ThreadBusyError(thread_id)
+            if deleted is not None:
+                yield from self._bury_run(run)
+            self._refuse(params, fenced, deleted, "put")
             assert not missing_bases
+        if run is not None:
+            run.put_stored((thread_id, checkpoint_ns, checkpoint_id))
         # Remember what was stored, and only that: a version that already
         # existed (the insert did nothing) may hold another value.
         written = set(inserted)
@@ -633,6 +648,83 @@ class CheckpointStore:
             for (channel, version), (stored, _) in zip(new_versions.items(), planned)
         ]
 
+    def _send(
+        self,
+        run: RunWrites | None,
+        statement: str,
+        params: Mapping[str, Any],
+        where: Where,
+        operation: str,
+    ) -> Any:
+        """Send a put / put_writes statement after the thread's write lock (see
+        sql.WRITE_LOCK), counted as in flight for its run; its rows.
+
+        A run already refused as deleted sends nothing (see runs.py).
+        """
+        if run is not None and not run.begin():
+            raise CheckpointDeletedError(
+                thread_id=where.thread_id, checkpoint_ns=where.checkpoint_ns,
+                checkpoint_id=where.checkpoint_id or "", deleted_id=None, operation=operation,
+            )  # fmt: skip
+        lock = Query(
+            sql.WRITE_LOCK,
+            {"thread_id": params["thread_id"], "run_id": params.get("run_id")},
+            fetch=False,
+        )
+        try:
+            results = yield Transaction((lock, Query(statement, params, prepare=True)))
+        finally:
+            if run is not None:
+                run.end()
+        return results[1]
+
+    def _bury_run(self, run: RunWrites | None) -> Operation[None]:
+        """A write of `run` was refused as deleted: delete what it wrote for nothing.
+
+        Its writes in flight land first; then the writes it stored for
+        checkpoints that were never stored go, recorded as deleted.
+        """
+        if run is None:
+            return
+        run.die()
+        while run.inflight:
+            yield Sleep(0.005)
+        keys = run.take_pending()
+        if keys:
+            params = {
+                "threads": [k[0] for k in keys],
+                "namespaces": [k[1] for k in keys],
+                "ids": [k[2] for k in keys],
+            }
+            yield Query(sql.BURY_ORPHAN_WRITES, params, fetch=False)
+
+    def _refuse(
+        self,
+        params: Mapping[str, Any],
+        fenced: bool,
+        deleted: str | None,
+        operation: str,
+    ) -> None:
+        """Raise what Postgres refused the write for; it stored nothing of it."""
+        thread_id = params["thread_id"]
+        if deleted is not None:
+            # Whatever this process holds decoded of the thread is deleted content.
+            self.bases.forget_threads([thread_id])
+            self.seeds.forget_threads([thread_id])
+            raise CheckpointDeletedError(
+                thread_id=thread_id,
+                checkpoint_ns=params["checkpoint_ns"],
+                checkpoint_id=params["checkpoint_id"],
+                deleted_id=deleted,
+                operation=operation,
+            )
+        if fenced:
+            if params["run_owner"] is not None:
+                raise LeaseLostError(
+                    thread_id, token=params["run_token"], checkpoint_id=params["checkpoint_id"]
+                )
+            raise ThreadBusyError(thread_id)
+
     def _registry_params(
         self,
         config: RunnableConfig,
@@ -669,8 +761,10 @@ class CheckpointStore:
                     values_set[channel] = orjson.loads(text)
                 else:
                     values_del.append(channel)
+        owner, token = fence_of(str((config.get("configurable") or {}).get("thread_id")))
         return {
-            "run_owner": RUN_OWNER.get(),
+            "run_owner": owner,
+            "run_token": token,
             "run_metadata": self.codec.dump_object(run_metadata),
             "values_set": orjson.dumps(values_set).decode(),
             "values_del": values_del,
@@ -766,6 +860,7 @@ class CheckpointStore:
                 )
                 for (idx, (channel, _)), row in zip(by_idx.items(), stored)
             ]
+        owner, token = fence_of(thread_id)
         params = {
             "thread_id": thread_id,
             "checkpoint_ns": checkpoint_ns,
@@ -774,13 +869,24 @@ class CheckpointStore:
             "task_path": task_path,
             "idxs": list(by_idx),
             "channels": [channel for channel, _ in by_idx.values()],
-            "run_owner": RUN_OWNER.get(),
+            "run_owner": owner,
+            "run_token": token,
+            # A subgraph's writes name the checkpoints of the enclosing namespaces.
+            "parents": _parents((config.get("configurable") or {}).get("checkpoint_map")),
+            "created": uuid6_time(checkpoint_id),
             "status": _status_of_writes(checkpoint_ns, [channel for channel, _ in writes]),
             **columns(stored),
         }
-        ((fenced, incarnation, stale),) = yield Query(sql.PUT_WRITES, params, prepare=True)
-        if fenced:
-            raise ThreadBusyError(thread_id)
+        run = self.runs.of(config)
+        here = Where(thread_id, checkpoint_ns, checkpoint_id, "<writes>")
+        ((fenced, deleted, incarnation, stale),) = yield from self._send(
+            run, sql.PUT_WRITES, params, here, "put_writes"
+        )
+        if deleted is not None:
+            yield from self._bury_run(run)
+        self._refuse(params, fenced, deleted, "put_writes")
+        if run is not None:
+            run.writes_stored((thread_id, checkpoint_ns, checkpoint_id))
         if self.hot is not None:
             yield from self._check_incarnation(incarnation)
             slots = [
@@ -818,16 +924,28 @@ class CheckpointStore:
         self.bases.forget_threads(params["thread_ids"])
         self.seeds.forget_threads(params["thread_ids"])
         deletes = sql.DELETE_EXPIRED_THREADS if only_expired else sql.DELETE_THREADS
-        queries = [Query(q, params, fetch=False) for q in deletes]
+        tombstones = sql.TOMBSTONE_EXPIRED_THREADS if only_expired else sql.TOMBSTONE_THREADS
+        # The lock first: the writes in flight land before, and are deleted too.
+        rehome = sql.REHOME_EXPIRED_TOOL_CALLS if only_expired else sql.REHOME_TOOL_CALLS
+        statements = [sql.DELETE_LOCK, *tombstones, rehome, *deletes]
         if only_expired:
             from langgraph_colosseum._core.threads import LOCK_STILL_EXPIRED
 
-            queries.insert(0, Query(LOCK_STILL_EXPIRED, params, fetch=False))
-        yield Transaction(tuple(queries))
+            statements.insert(1, LOCK_STILL_EXPIRED)
+        yield Transaction(tuple(Query(q, params, fetch=False) for q in statements))
+        # A put that committed before the delete may have cached values since.
+        self.bases.forget_threads(params["thread_ids"])
+        self.seeds.forget_threads(params["thread_ids"])
         yield from self._drop_heads(params["thread_ids"])
 
     def copy_thread(self, source_thread_id: str, target_thread_id: str) -> Operation[None]:
-        """Copy every checkpoint, value, write and frozen history: the whole chain."""
+        """Copy every checkpoint, value, write and frozen history: the whole chain.
+
+        The tool ledger is keyed by lineage, not copied: the target records
+        the source (or the source's own lineage) as the thread its tool calls
+        are keyed by, so a call the source recorded is not run again on the
+        copy, and the copy's `current_idempotency_key()` is the source's.
+        """
         if self.codec.encryption is not None:
             raise NotImplementedError(
                 "copy_thread is not available with encryption=: each row is bound to its "
@@ -867,7 +985,8 @@ class CheckpointStore:
             return
         self.bases.forget_threads(thread_list)
         self.seeds.forget_threads(thread_list)
-        queries = yield from self._freeze_histories([row[:4] for row in kept])
+        queries = [Query(sql.DELETE_LOCK, {"thread_ids": thread_list}, fetch=False)]
+        queries += yield from self._freeze_histories([row[:4] for row in kept])
         queries += yield from self._compact(kept)
         kept_params = {
             "kept_threads": [row[0] for row in kept],
@@ -879,6 +998,8 @@ class CheckpointStore:
             Query(sql.COLLECT_UNREFERENCED_VALUES, {"thread_ids": thread_list}, fetch=False)
         )
         yield Transaction(tuple(queries))
+        self.bases.forget_threads(thread_list)
+        self.seeds.forget_threads(thread_list)
         yield from self._drop_heads(thread_list)
 
     def delete_for_runs(self, run_ids: Sequence[str]) -> Operation[None]:
@@ -890,22 +1011,29 @@ class CheckpointStore:
         if not run_ids:
             return
         params = {"run_ids": [str(r) for r in run_ids]}
+        # Recorded first, in a statement of its own: a run whose puts have not
+        # landed yet has no rows to delete, and its later puts are refused.
+        yield Transaction(
+            (
+                Query(sql.RUNS_LOCK, params, fetch=False),
+                Query(sql.DELETED_RUNS, params, fetch=False),
+            )
+        )
         threads = yield Query(sql.THREADS_OF_RUNS, params)
         if not threads:
             return
         self.bases.forget_threads([row[0] for row in threads])
         self.seeds.forget_threads([row[0] for row in threads])
         boundaries = yield Query(sql.RUN_BOUNDARIES, params)
-        queries = yield from self._freeze_histories(boundaries)
+        queries = [Query(sql.DELETE_LOCK, {"thread_ids": [row[0] for row in threads]}, fetch=False)]
+        queries += yield from self._freeze_histories(boundaries)
         queries += [Query(q, params, fetch=False) for q in sql.DELETE_RUNS]
-        queries.append(
-            Query(
-                sql.COLLECT_UNREFERENCED_VALUES,
-                {"thread_ids": [row[0] for row in threads]},
-                fetch=False,
-            )
-        )
+        thread_ids = {"thread_ids": [row[0] for row in threads]}
+        queries.append(Query(sql.RESET_DELETED_HEADS, thread_ids, fetch=False))
+        queries.append(Query(sql.COLLECT_UNREFERENCED_VALUES, thread_ids, fetch=False))
         yield Transaction(tuple(queries))
+        self.bases.forget_threads([row[0] for row in threads])
+        self.seeds.forget_threads([row[0] for row in threads])
         yield from self._drop_heads([row[0] for row in threads])
 
     def _drop_heads(self, thread_ids: Sequence[str]) -> Operation[None]:
@@ -1404,6 +1532,28 @@ def _chain_size(values: Materializer, key: ValueKey) -> tuple[int, int, int]:
 # A root channel value this small (as typed JSON) is kept in the thread row too,
 # so `threads.search(values=...)` finds it by jsonb containment.
 SEARCHABLE_VALUE_BYTES = 1024
+
+
+def uuid6_time(checkpoint_id: str) -> str | None:
+    """The timestamp a uuid6 checkpoint id (LangGraph's) begins with, as 15 hex digits.
+
+    Its 100 ns ticks since 1582-10-15 sit in the first 12 hex digits and the 3
+    after the version digit, high to low, so the text sorts as the time does.
+    None for an id of another form (nothing is inferred from it).
+    """
+    if len(checkpoint_id) != 36 or checkpoint_id[14] != "6" or checkpoint_id[8] != "-":
+        return None
+    digits = checkpoint_id[:8] + checkpoint_id[9:13] + checkpoint_id[15:18]
+    return digits.lower() if all(c in "0123456789abcdefABCDEF" for c in digits) else None
+
+
+def _parents(checkpoint_map: Any) -> str:
+    """The {namespace: checkpoint id} a subgraph runs under, as jsonb text."""
+    if not isinstance(checkpoint_map, Mapping):
+        return "{}"
+    return orjson.dumps(
+        {str(ns): str(cid) for ns, cid in checkpoint_map.items() if cid is not None}
+    ).decode()
 
 
 def _status_of_writes(checkpoint_ns: str, channels: list[str]) -> str | None:

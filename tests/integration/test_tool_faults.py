@@ -530,3 +530,68 @@ async def test_key_reaches_tool_async(url: str) -> None:
         graph = build_graph(saver, make_tools(url), KEY_CALLS)
         state = await graph.ainvoke(START_INPUT, cfg(tid))
     _check_keys(url, tid, state)
+
+
+# ---------------------------------------- 5. a copy of a crashed thread (issue 12 item 3)
+
+
+def _check_copy_resumed(url: str, source: str, copy: str, state: dict) -> None:
+    """The copy answered the source's recorded payment without paying again, and the
+    call it had to run again (slow: outcome unknown) carried the source's key."""
+    assert len(witnesses(url, source, "pay")) == 1, "the copy paid again"
+    msgs = tool_messages(state)
+    assert msgs["call-0-pay"].content == "paid 100"
+    assert msgs["call-1-slow"].content == "slow done"
+    assert state["messages"][-1].content == "done"
+    slow_keys = [key for key, _ in witnesses(url, source, "slow")]
+    # The downstream API sees the same idempotency key from the copy as from the
+    # source, so it can deduplicate the side effect run again under on_unknown="retry".
+    assert len(slow_keys) == 2 and slow_keys[0] == slow_keys[1], slow_keys
+    assert slow_keys[0] == ledger(url, source)["call-1-slow"]["idempotency_key"]
+
+
+def test_copy_of_a_crashed_thread_does_not_repeat_side_effects_sync(
+    url: str, tmp_path: Path
+) -> None:
+    source = new_tid("copy-pay-sync")
+    copy = f"{source}-copy"
+    log = tmp_path / "worker.log"
+    proc = spawn_worker("pay_and_slow", url, source, "sync", log)
+    kill_when(
+        proc, log, lambda: _crash_after_pay_reached(url, source), "pay recorded, slow running"
+    )
+    tools = make_tools(url, slow_seconds=0.05)
+    calls = SCENARIOS["pay_and_slow"]["calls"]
+    with ColosseumSaver.from_conn_string(url, pool_size=4) as saver:
+        saver.copy_thread(source, copy)
+        graph = build_graph(saver, tools, calls, **RESUME_PAY_AND_SLOW)
+        assert graph.get_state(cfg(copy)).next == ("tools",)
+        state = graph.invoke(None, cfg(copy))
+        _check_copy_resumed(url, source, copy, state)
+        # Deleting the source afterwards: a copy of the copy still finds the ledger.
+        again = f"{source}-copy2"
+        saver.copy_thread(source, again)
+        saver.delete_thread(source)
+        assert graph.invoke(None, cfg(again))["messages"][-1].content == "done"
+    assert len(witnesses(url, source, "pay")) == 1
+    assert len(witnesses(url, source, "slow")) == 2
+
+
+async def test_copy_of_a_crashed_thread_does_not_repeat_side_effects_async(
+    url: str, tmp_path: Path
+) -> None:
+    source = new_tid("copy-pay-async")
+    copy = f"{source}-copy"
+    log = tmp_path / "worker.log"
+    proc = spawn_worker("pay_and_slow", url, source, "async", log)
+    kill_when(
+        proc, log, lambda: _crash_after_pay_reached(url, source), "pay recorded, slow running"
+    )
+    tools = make_tools(url, slow_seconds=0.05)
+    calls = SCENARIOS["pay_and_slow"]["calls"]
+    async with AsyncColosseumSaver.from_conn_string(url, pool_size=4) as saver:
+        await saver.acopy_thread(source, copy)
+        graph = build_graph(saver, tools, calls, **RESUME_PAY_AND_SLOW)
+        assert (await graph.aget_state(cfg(copy))).next == ("tools",)
+        state = await graph.ainvoke(None, cfg(copy))
+    _check_copy_resumed(url, source, copy, state)

@@ -44,7 +44,8 @@ MODES = ["sync", "async"]
 
 TRUNCATE = (
     "TRUNCATE colosseum_checkpoints, colosseum_channel_values, colosseum_writes, "
-    "colosseum_delta_histories, colosseum_tool_calls"
+    "colosseum_delta_histories, colosseum_tool_calls, colosseum_tombstones, "
+    "colosseum_deleted_threads, colosseum_deleted_runs, colosseum_thread_lineage"
 )
 
 # ----------------------------------------------------------------- tools

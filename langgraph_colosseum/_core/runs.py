@@ -1,0 +1,102 @@
+"""The LangGraph runs writing through this process, as deletion needs to know them.
+
+After a put is refused because its thread (or the checkpoint it continues
+from) was deleted, LangGraph (durability="async") keeps running the steps
+after it without sending their puts: their writes name checkpoints that were
+never stored. Postgres cannot tell those from the first writes of a new run
+on the same thread_id, whose put is still on its way. The run itself can: every
+put and put_writes of one run carries the same `RunControl` (LangGraph makes
+one per run, and its subgraphs share it). So, per run, this process keeps:
+
+* `dead`: a write of the run was refused as deleted; its later writes are
+  refused before they are sent;
+* `pending`: checkpoints it stored writes for but whose put it has not seen
+  succeed; when the run dies, those writes are deleted (`sql.BURY_ORPHAN_WRITES`)
+  once its writes in flight (`inflight`) have landed.
+
+Only the newest `RUNS_KEPT` runs are remembered; a run forgotten here is still
+refused by Postgres for every write that names a deleted checkpoint.
+"""
+
+from __future__ import annotations
+
+import threading
+from collections import OrderedDict, deque
+from typing import Any
+
+from langchain_core.runnables import RunnableConfig
+from langgraph._internal._constants import CONFIG_KEY_RUNTIME
+
+RUNS_KEPT = 1024
+# Puts a run made recently: writes to these checkpoints are not pending.
+_STORED_KEPT = 16
+
+CheckpointKey = tuple[str, str, str]  # thread_id, checkpoint_ns, checkpoint_id
+
+
+class RunWrites:
+    """One run's writes, as seen by this process."""
+
+    def __init__(self) -> None:
+        self._lock = threading.Lock()
+        self.inflight = 0
+        self.dead = False
+        self.pending: set[CheckpointKey] = set()
+        self.stored: deque[CheckpointKey] = deque(maxlen=_STORED_KEPT)
+
+    def begin(self) -> bool:
+        """Count a statement in flight; False when the run is dead (send nothing)."""
+        with self._lock:
+            if self.dead:
+                return False
+            self.inflight += 1
+            return True
+
+    def end(self) -> None:
+        with self._lock:
+            self.inflight -= 1
+
+    def put_stored(self, key: CheckpointKey) -> None:
+        with self._lock:
+            self.stored.append(key)
+            self.pending.discard(key)
+
+    def writes_stored(self, key: CheckpointKey) -> None:
+        with self._lock:
+            if key not in self.stored:
+                self.pending.add(key)
+
+    def die(self) -> None:
+        with self._lock:
+            self.dead = True
+
+    def take_pending(self) -> list[CheckpointKey]:
+        with self._lock:
+            keys, self.pending = sorted(self.pending), set()
+            return keys
+
+
+class Runs:
+    """The newest runs seen, by their RunControl."""
+
+    def __init__(self, kept: int = RUNS_KEPT) -> None:
+        self._lock = threading.Lock()
+        self._kept = kept
+        # id(control) -> (control, writes); the control is held so its id is not reused.
+        self._runs: OrderedDict[int, tuple[Any, RunWrites]] = OrderedDict()
+
+    def of(self, config: RunnableConfig) -> RunWrites | None:
+        runtime = (config.get("configurable") or {}).get(CONFIG_KEY_RUNTIME)
+        control = getattr(runtime, "control", None)
+        if control is None:
+            return None  # not a LangGraph run (a direct call): Postgres alone decides
+        with self._lock:
+            entry = self._runs.get(id(control))
+            if entry is not None and entry[0] is control:
+                self._runs.move_to_end(id(control))
+                return entry[1]
+            writes = RunWrites()
+            self._runs[id(control)] = (control, writes)
+            while len(self._runs) > self._kept:
+                self._runs.popitem(last=False)
+            return writes

@@ -1,0 +1,445 @@
+"""Deleted stays deleted: a run in flight cannot write a deleted thread back.
+
+A node of the running graph (or another process) deletes the thread, or the
+run's checkpoints, while the run goes on. The run's next `put` / `put_writes`
+continues from a deleted checkpoint, and Postgres refuses it in the statement
+that would have written it (`CheckpointDeletedError`). The invariant checked
+is what a user bets on: the deleted text is not readable again from Postgres,
+from Redis, or from the saver's in-process caches; no registry row comes
+back; and a new run on the same thread_id starts a fresh thread.
+
+Every case runs on the blocking and the asyncio saver, with and without the
+Redis hot head (the `saver` / `asaver` fixtures).
+"""
+
+from __future__ import annotations
+
+import contextvars
+import subprocess
+import sys
+import threading
+import uuid
+from collections.abc import Callable
+from datetime import timedelta
+from typing import Annotated, Any
+
+import psycopg
+import pytest
+import redis
+from langchain_core.messages import AIMessage, AnyMessage, HumanMessage
+from langgraph.checkpoint.base import empty_checkpoint
+from langgraph.graph import END, START, StateGraph
+from langgraph.graph.message import add_messages
+from typing_extensions import TypedDict
+
+from langgraph_colosseum import AsyncColosseumSaver, ColosseumSaver, Retention
+from langgraph_colosseum.errors import CheckpointDeletedError, ColosseumError
+from tests.conftest import CACHE_PREFIX, redis_url
+
+SECRET = "my card is 4111-1111-1111-1111, please keep it"
+TABLES = (
+    "colosseum_checkpoints",
+    "colosseum_channel_values",
+    "colosseum_writes",
+    "colosseum_delta_histories",
+    "colosseum_threads",
+)
+
+
+class Chat(TypedDict, total=False):
+    messages: Annotated[list[AnyMessage], add_messages]
+
+
+def chat_graph(saver: Any, purge: Callable[..., Any]) -> Any:
+    """listen -> purge (deletes, via `purge`) -> reply -> END."""
+
+    def listen(state: Chat) -> dict:
+        return {"messages": [AIMessage("noted", id="ai-1")]}
+
+    def reply(state: Chat) -> dict:
+        return {"messages": [AIMessage(f"you said: {state['messages'][0].content}", id="ai-2")]}
+
+    builder = StateGraph(Chat)
+    builder.add_node("listen", listen)
+    builder.add_node("purge", purge)
+    builder.add_node("reply", reply)
+    builder.add_edge(START, "listen")
+    builder.add_edge("listen", "purge")
+    builder.add_edge("purge", "reply")
+    builder.add_edge("reply", END)
+    return builder.compile(checkpointer=saver)
+
+
+def cfg(tid: str, **extra: Any) -> dict:
+    return {"configurable": {"thread_id": tid}, **extra}
+
+
+# ------------------------------------------------------------ what is left
+
+
+def rows_of(url: str, tid: str) -> dict[str, int]:
+    with psycopg.connect(url) as conn:
+        return {
+            table: conn.execute(
+                f"SELECT count(*) FROM {table} WHERE thread_id = %s", [tid]
+            ).fetchone()[0]
+            for table in TABLES
+        }
+
+
+def secret_in_postgres(url: str, text: str = SECRET) -> list[str]:
+    """Every table and column holding `text`, whatever the thread."""
+    like = f"%{text}%"
+    found = []
+    with psycopg.connect(url) as conn:
+        for table, column in (
+            ("colosseum_checkpoints", "checkpoint::text || metadata::text"),
+            ("colosseum_channel_values", "coalesce(value::text, '')"),
+            ("colosseum_channel_values", "coalesce(encode(value_bytes, 'escape'), '')"),
+            ("colosseum_writes", "coalesce(value::text, '')"),
+            ("colosseum_writes", "coalesce(encode(value_bytes, 'escape'), '')"),
+            ("colosseum_delta_histories", "coalesce(value::text, '')"),
+            ("colosseum_threads", "metadata::text || state_values::text"),
+        ):
+            n = conn.execute(f"SELECT count(*) FROM {table} WHERE {column} LIKE %s", [like])
+            if n.fetchone()[0]:
+                found.append(f"{table}.{column}")
+    return found
+
+
+def secret_in_redis(text: str = SECRET) -> list[str]:
+    client = redis.Redis.from_url(redis_url())
+    try:
+        return [
+            key.decode()
+            for key in client.scan_iter(match=f"{CACHE_PREFIX}*", count=1000)
+            if client.type(key) == b"hash"
+            and any(text.encode() in v for v in client.hgetall(key).values())
+        ]
+    finally:
+        client.close()
+
+
+def secret_in_process(saver: Any, tid: str) -> bool:
+    store = saver._store
+    held = [base.value for base in store.bases.of_namespace(tid, "").values()]
+    held += [store.seeds.get(key)[1] for key in store.seeds.keys_of(tid, "")]
+    return SECRET in repr(held)
+
+
+def assert_gone(saver: Any, url: str, tid: str) -> None:
+    """Nothing of the thread is stored, and the deleted text is readable nowhere."""
+    assert rows_of(url, tid) == dict.fromkeys(TABLES, 0)
+    assert secret_in_postgres(url) == []
+    assert secret_in_redis() == []
+    assert not secret_in_process(saver, tid)
+
+
+def assert_fresh_start(graph: Any, saver: Any, tid: str, url: str) -> None:
+    """A new run on the same thread_id begins a new thread, without the deleted text."""
+    out = graph.invoke({"messages": [HumanMessage("hello again", id="h-2")]}, cfg(tid))
+    assert [m.content for m in out["messages"]] == ["hello again", "noted", "you said: hello again"]
+    state = graph.get_state(cfg(tid))
+    assert SECRET not in repr(state.values)
+    history = list(graph.get_state_history(cfg(tid)))
+    assert SECRET not in repr([h.values for h in history])
+    assert saver.threads.get(tid).status == "idle"
+    assert secret_in_postgres(url) == []
+
+
+async def aassert_fresh_start(graph: Any, saver: Any, tid: str, url: str) -> None:
+    out = await graph.ainvoke({"messages": [HumanMessage("hello again", id="h-2")]}, cfg(tid))
+    assert [m.content for m in out["messages"]] == ["hello again", "noted", "you said: hello again"]
+    history = [h async for h in graph.aget_state_history(cfg(tid))]
+    assert SECRET not in repr([h.values for h in history])
+    assert (await saver.threads.aget(tid) if hasattr(saver.threads, "aget") else
+            await saver.threads.get(tid)).status == "idle"  # fmt: skip
+    assert secret_in_postgres(url) == []
+
+
+def first_input(tid: str) -> dict:
+    return {"messages": [HumanMessage(SECRET, id="h-1")]}
+
+
+# ================================================== delete_thread from a node
+
+
+@pytest.mark.parametrize("durability", ["async", "sync"])
+def test_delete_thread_in_a_node_sync(saver: ColosseumSaver, pg_url: str, durability: str) -> None:
+    tid = f"gdpr-{uuid.uuid4().hex[:8]}"
+
+    def purge(state: Chat) -> dict:
+        saver.delete_thread(tid)
+        return {"messages": [AIMessage("purged", id="ai-p")]}
+
+    graph = chat_graph(saver, purge)
+    with pytest.raises(CheckpointDeletedError) as refused:
+        graph.invoke(first_input(tid), cfg(tid), durability=durability)
+    assert refused.value.thread_id == tid
+    assert tid in str(refused.value) and refused.value.checkpoint_id in str(refused.value)
+    assert saver.get_tuple(cfg(tid)) is None
+    assert list(saver.list(cfg(tid))) == []
+    assert saver.threads.get(tid) is None
+    assert_gone(saver, pg_url, tid)
+    assert_fresh_start(chat_graph(saver, lambda s: {}), saver, tid, pg_url)
+
+
+async def test_delete_thread_in_a_node_async(asaver: AsyncColosseumSaver, pg_url: str) -> None:
+    tid = f"agdpr-{uuid.uuid4().hex[:8]}"
+
+    async def purge(state: Chat) -> dict:
+        await asaver.adelete_thread(tid)
+        return {"messages": [AIMessage("purged", id="ai-p")]}
+
+    graph = chat_graph(asaver, purge)
+    with pytest.raises(CheckpointDeletedError):
+        await graph.ainvoke(first_input(tid), cfg(tid))
+    assert await asaver.aget_tuple(cfg(tid)) is None
+    assert [t async for t in asaver.alist(cfg(tid))] == []
+    assert await asaver.threads.get(tid) is None
+    assert_gone(asaver, pg_url, tid)
+    await aassert_fresh_start(chat_graph(asaver, lambda s: {}), asaver, tid, pg_url)
+
+
+DELETE_SCRIPT = """
+import sys
+from langgraph_colosseum import ColosseumSaver
+options = {"redis_url": sys.argv[3], "cache_prefix": sys.argv[4]} if len(sys.argv) > 3 else {}
+with ColosseumSaver.from_conn_string(sys.argv[1], pool_size=1, **options) as saver:
+    saver.delete_thread(sys.argv[2])
+"""
+
+
+def test_delete_thread_from_another_process(saver: ColosseumSaver, pg_url: str) -> None:
+    """An admin / GDPR job in another process deletes while the run waits in a node."""
+    tid = f"gdpr-proc-{uuid.uuid4().hex[:8]}"
+
+    # The job is configured as the application is: with its Redis, if it has one.
+    cache = [redis_url(), CACHE_PREFIX] if saver.cache is not None else []
+
+    def purge(state: Chat) -> dict:
+        command = [sys.executable, "-c", DELETE_SCRIPT, pg_url, tid, *cache]
+        subprocess.run(command, check=True, timeout=60)
+        return {"messages": [AIMessage("purged", id="ai-p")]}
+
+    graph = chat_graph(saver, purge)
+    with pytest.raises(CheckpointDeletedError):
+        graph.invoke(first_input(tid), cfg(tid))
+    assert saver.get_tuple(cfg(tid)) is None
+    assert_gone(saver, pg_url, tid)
+    assert_fresh_start(chat_graph(saver, lambda s: {}), saver, tid, pg_url)
+
+
+# ============================================ the statements, one by one
+
+
+def test_late_writes_to_a_deleted_checkpoint_are_refused(
+    saver: ColosseumSaver, pg_url: str
+) -> None:
+    """put_writes / put naming a deleted checkpoint: refused, no registry row back."""
+    tid = f"late-{uuid.uuid4().hex[:8]}"
+    first = saver.put(cfg(tid), empty_checkpoint(), {"source": "input", "step": -1}, {})
+    saver.put_writes(first, [("messages", SECRET)], "task-1")
+    saver.delete_thread(tid)
+
+    with pytest.raises(CheckpointDeletedError) as refused:
+        saver.put_writes(first, [("messages", SECRET), ("__interrupt__", "ask")], "task-2")
+    assert refused.value.checkpoint_id == first["configurable"]["checkpoint_id"]
+    child = empty_checkpoint()
+    with pytest.raises(CheckpointDeletedError) as refused:
+        saver.put(first, child, {"source": "loop", "step": 0}, {})
+    assert refused.value.deleted_id == first["configurable"]["checkpoint_id"]
+    # The refused checkpoint's own writes, before or after its refusal, are refused too.
+    child_config = {"configurable": {"thread_id": tid, "checkpoint_ns": "",
+                                     "checkpoint_id": child["id"]}}  # fmt: skip
+    with pytest.raises(CheckpointDeletedError):
+        saver.put_writes(child_config, [("messages", SECRET)], "task-3")
+    assert rows_of(pg_url, tid) == dict.fromkeys(TABLES, 0)
+    assert saver.threads.get(tid) is None
+    assert secret_in_postgres(pg_url) == []
+
+
+def test_writes_before_a_refused_put_are_removed_with_it(
+    saver: ColosseumSaver, pg_url: str
+) -> None:
+    """Under durability="async" a step's writes may land before its checkpoint's put;
+    when that put is refused, the writes that came first go with it."""
+    tid = f"early-{uuid.uuid4().hex[:8]}"
+    first = saver.put(cfg(tid), empty_checkpoint(), {"source": "input", "step": -1}, {})
+    saver.delete_thread(tid)
+    child = empty_checkpoint()  # created after the deletion: its writes are not refused
+    child_config = {"configurable": {"thread_id": tid, "checkpoint_ns": "",
+                                     "checkpoint_id": child["id"]}}  # fmt: skip
+    saver.put_writes(child_config, [("messages", SECRET), ("__error__", "boom")], "task-1")
+    with pytest.raises(CheckpointDeletedError):
+        saver.put(first, child, {"source": "loop", "step": 0}, {})
+    assert rows_of(pg_url, tid) == dict.fromkeys(TABLES, 0)
+    assert secret_in_postgres(pg_url) == []
+
+
+def test_a_checkpoint_made_before_the_delete_is_refused(saver: ColosseumSaver, pg_url: str) -> None:
+    """The run's first put (no parent) had not landed when its thread was deleted:
+    a checkpoint created before the deletion is refused, one created after is a new thread."""
+    tid = f"first-{uuid.uuid4().hex[:8]}"
+    saver.put(cfg(tid), empty_checkpoint(), {"source": "input", "step": -1}, {})
+    in_flight = empty_checkpoint()  # made by the run before the deletion, not yet put
+    saver.delete_thread(tid)
+    in_flight_config = {"configurable": {"thread_id": tid, "checkpoint_ns": "",
+                                         "checkpoint_id": in_flight["id"]}}  # fmt: skip
+    with pytest.raises(CheckpointDeletedError):
+        saver.put_writes(in_flight_config, [("messages", SECRET)], "task-1")
+    with pytest.raises(CheckpointDeletedError):
+        saver.put(cfg(tid), in_flight, {"source": "input", "step": -1}, {})
+    assert rows_of(pg_url, tid) == dict.fromkeys(TABLES, 0)
+    fresh = saver.put(cfg(tid), empty_checkpoint(), {"source": "input", "step": -1}, {})
+    assert saver.get_tuple(cfg(tid)).config == fresh
+
+
+def test_a_put_of_a_deleted_run_is_refused(saver: ColosseumSaver, pg_url: str) -> None:
+    """delete_for_runs of a run none of whose puts has landed yet: they are refused."""
+    tid = f"run-{uuid.uuid4().hex[:8]}"
+    run_id = str(uuid.uuid4())
+    saver.delete_for_runs([run_id])
+    with pytest.raises(CheckpointDeletedError):
+        saver.put(
+            cfg(tid, metadata={"run_id": run_id}), empty_checkpoint(),
+            {"source": "input", "step": -1}, {},
+        )  # fmt: skip
+    assert rows_of(pg_url, tid) == dict.fromkeys(TABLES, 0)
+    saver.put(cfg(tid, metadata={"run_id": str(uuid.uuid4())}), empty_checkpoint(), {}, {})
+    assert saver.get_tuple(cfg(tid)) is not None
+
+
+def test_a_parent_never_stored_is_not_a_deleted_one(saver: ColosseumSaver) -> None:
+    """A put may name a parent this saver never stored (the conformance suite does)."""
+    tid = f"orphan-{uuid.uuid4().hex[:8]}"
+    parent = {"configurable": {"thread_id": tid, "checkpoint_ns": "", "checkpoint_id": "p-1"}}
+    stored = saver.put(parent, empty_checkpoint(), {"source": "loop", "step": 1}, {})
+    saver.put_writes(stored, [("x", 1)], "task-1")
+    got = saver.get_tuple(stored)
+    assert got is not None and got.parent_config["configurable"]["checkpoint_id"] == "p-1"
+    assert got.pending_writes == [("task-1", "x", 1)]
+
+
+async def test_late_writes_refused_async(asaver: AsyncColosseumSaver, pg_url: str) -> None:
+    tid = f"alate-{uuid.uuid4().hex[:8]}"
+    first = await asaver.aput(cfg(tid), empty_checkpoint(), {"source": "input", "step": -1}, {})
+    await asaver.adelete_thread(tid)
+    with pytest.raises(CheckpointDeletedError):
+        await asaver.aput_writes(first, [("messages", SECRET), ("__error__", "x")], "task-2")
+    with pytest.raises(CheckpointDeletedError):
+        await asaver.aput(first, empty_checkpoint(), {"source": "loop", "step": 0}, {})
+    assert rows_of(pg_url, tid) == dict.fromkeys(TABLES, 0)
+    assert await asaver.threads.get(tid) is None
+
+
+# ================================ delete_for_runs, prune, the retention sweep
+
+
+@pytest.mark.parametrize("durability", ["async", "sync"])
+def test_delete_for_runs_of_the_running_run(
+    saver: ColosseumSaver, pg_url: str, durability: str
+) -> None:
+    """Whether or not the run's puts have landed when it is deleted, none lands after."""
+    tid = f"runs-{uuid.uuid4().hex[:8]}"
+    run_id = str(uuid.uuid4())
+
+    def purge(state: Chat) -> dict:
+        saver.delete_for_runs([run_id])
+        return {}
+
+    graph = chat_graph(saver, purge)
+    with pytest.raises(CheckpointDeletedError):
+        graph.invoke(first_input(tid), cfg(tid, metadata={"run_id": run_id}), durability=durability)
+    assert saver.get_tuple(cfg(tid)) is None
+    assert rows_of(pg_url, tid)["colosseum_checkpoints"] == 0
+    assert secret_in_postgres(pg_url) == []
+    assert secret_in_redis() == []
+    assert_fresh_start(chat_graph(saver, lambda s: {}), saver, tid, pg_url)
+
+
+async def test_delete_for_runs_of_the_running_run_async(
+    asaver: AsyncColosseumSaver, pg_url: str
+) -> None:
+    tid = f"aruns-{uuid.uuid4().hex[:8]}"
+    run_id = str(uuid.uuid4())
+
+    async def purge(state: Chat) -> dict:
+        await asaver.adelete_for_runs([run_id])
+        return {}
+
+    graph = chat_graph(asaver, purge)
+    with pytest.raises(CheckpointDeletedError):
+        await graph.ainvoke(first_input(tid), cfg(tid, metadata={"run_id": run_id}))
+    assert await asaver.aget_tuple(cfg(tid)) is None
+    assert rows_of(pg_url, tid)["colosseum_checkpoints"] == 0
+    assert secret_in_postgres(pg_url) == []
+    assert secret_in_redis() == []
+
+
+def test_prune_under_a_run_on_an_older_checkpoint(saver: ColosseumSaver, pg_url: str) -> None:
+    """A run resumed from an old checkpoint; prune (keep_latest) removes that checkpoint
+    while the run is in its node: the run's next step is refused, the kept head stays."""
+    tid = f"prune-{uuid.uuid4().hex[:8]}"
+    plain = chat_graph(saver, lambda s: {})
+    plain.invoke({"messages": [HumanMessage("first", id="h-0")]}, cfg(tid))
+    history = list(plain.get_state_history(cfg(tid)))
+    fork_from = next(h for h in history if h.next == ("purge",))
+
+    def second_turn() -> None:
+        plain.invoke({"messages": [HumanMessage("second", id="h-s")]}, cfg(tid))
+
+    def purge(state: Chat) -> dict:
+        # Another turn on the thread (its own run: a fresh context) makes a
+        # newer head; prune keeps only it, and deletes the one this run is on.
+        turn = threading.Thread(target=contextvars.Context().run, args=(second_turn,))
+        turn.start()
+        turn.join(60)
+        saver.prune([tid], strategy="keep_latest")
+        return {"messages": [AIMessage(SECRET, id="ai-secret")]}
+
+    graph = chat_graph(saver, purge)
+    with pytest.raises(CheckpointDeletedError):
+        graph.invoke(None, fork_from.config, durability="sync")
+    head = saver.get_tuple(cfg(tid))
+    assert head is not None  # the second turn's, kept by prune
+    assert [m.content for m in head.checkpoint["channel_values"]["messages"]] == [
+        "first", "noted", "you said: first", "second"
+    ]  # fmt: skip
+    assert list(saver.list(cfg(tid))) == [head]
+    assert saver.get_tuple(fork_from.config) is None
+    assert secret_in_postgres(pg_url) == []
+    assert secret_in_redis() == []
+
+
+def test_retention_sweep_under_a_run(pg_url: str, saver: ColosseumSaver) -> None:
+    """The sweep deletes an expired thread while a run waits in a node."""
+    tid = f"sweep-{uuid.uuid4().hex[:8]}"
+    options = {"redis_url": redis_url(), "cache_prefix": CACHE_PREFIX} if saver.cache else {}
+    with ColosseumSaver.from_conn_string(
+        pg_url, retention=Retention(thread_ttl=timedelta(milliseconds=200)), **options
+    ) as short:
+
+        def purge(state: Chat) -> dict:
+            with psycopg.connect(pg_url, autocommit=True) as conn:
+                # Expire it now rather than wait: the sweep must see it expired.
+                conn.execute(
+                    "UPDATE colosseum_threads SET expires_at = now() - interval '1 second' "
+                    "WHERE thread_id = %s",
+                    [tid],
+                )
+            assert short.sweep() == 1
+            return {}
+
+        graph = chat_graph(short, purge)
+        with pytest.raises(CheckpointDeletedError):
+            # sync: the run's steps are on record when the node runs, so the sweep finds it
+            graph.invoke(first_input(tid), cfg(tid), durability="sync")
+        assert rows_of(pg_url, tid) == dict.fromkeys(TABLES, 0)
+        assert secret_in_postgres(pg_url) == []
+        assert secret_in_redis() == []
+        assert not secret_in_process(short, tid)
+
+
+def test_refusal_is_of_our_hierarchy() -> None:
+    assert issubclass(CheckpointDeletedError, ColosseumError)
