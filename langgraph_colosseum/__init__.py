@@ -9,11 +9,13 @@ from langgraph_colosseum._core.crypt import Encryption
 from langgraph_colosseum._core.threads import Retention
 from langgraph_colosseum.aio import AsyncColosseumSaver
 from langgraph_colosseum.errors import (
+    CheckpointDeletedError,
     CodecError,
     ColosseumError,
     CorruptRowError,
     DatabaseUnavailableError,
     InvalidConfigError,
+    LeaseLostError,
     LedgerMissingError,
     SchemaError,
     SchemaMissingError,
@@ -36,6 +38,7 @@ __all__ = [
     "AsyncColosseumSaver",
     "AsyncColosseumStore",
     "AuditEntry",
+    "CheckpointDeletedError",
     "CodecError",
     "ColosseumError",
     "ColosseumSaver",
@@ -45,6 +48,7 @@ __all__ = [
     "Encryption",
     "IdempotentToolNode",
     "InvalidConfigError",
+    "LeaseLostError",
     "LedgerMissingError",
     "Retention",
     "SchemaError",

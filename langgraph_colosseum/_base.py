@@ -265,7 +265,9 @@ class ColosseumSaverBase(BaseCheckpointSaver[str], abc.ABC, Generic[ThreadsT]):
         """Hold `thread_id` for one run; a second run gets ThreadBusyError, or waits.
 
         Writes from any other run are refused while the guard is held; a holder
-        that dies lets go when its lease lapses.
+        that dies lets go when its lease lapses. The guard's own writes carry its
+        fencing token: once its lease lapsed and another run took the thread, they
+        raise LeaseLostError and store nothing.
 
         Example:
             >>> with saver.run_guard("t1", on_busy="wait"):
