@@ -24,12 +24,19 @@ from collections.abc import AsyncIterator, Callable, Iterator
 import psycopg
 import pytest
 import redis
+from hypothesis import HealthCheck, settings
 from psycopg import conninfo
 
 from langgraph_colosseum import AsyncColosseumSaver, ColosseumSaver
 from tests.integration.pgbouncer import PgBouncer
 from tests.integration.redis_servers import RedisCluster
 from tests.integration.tls_servers import TlsServers
+
+# Property tests check values, never time: hypothesis' default 200 ms deadline per
+# example (and its too-slow health check) would turn a loaded CI machine into
+# failures that say nothing about the code.
+settings.register_profile("colosseum", deadline=None, suppress_health_check=[HealthCheck.too_slow])
+settings.load_profile("colosseum")
 
 TRUNCATE = (
     "TRUNCATE colosseum_checkpoints, colosseum_channel_values, colosseum_writes, "
