@@ -18,7 +18,7 @@ from langgraph_colosseum import (
     ColosseumSaver,
     InvalidConfigError,
 )
-from langgraph_colosseum._core.io import CacheCall, CacheDrop, Query, Transaction
+from langgraph_colosseum._core.io import CacheCall, CacheDrop, Transaction
 
 
 class Counter(TypedDict):
@@ -218,7 +218,9 @@ def test_round_trips_are_bounded(saver: ColosseumSaver) -> None:
         {"source": "update", "step": 99},
         {"a": "1", "b": "1"},
     )
-    assert len(counter.requests) == 1 and isinstance(counter.requests[0], Query)
+    # One round trip: the thread's write lock and the PUT, pipelined in one
+    # transaction (deletes of the thread are ordered against it).
+    assert len(counter.requests) == 1 and isinstance(counter.requests[0], Transaction)
     counter.reset()
     saver.put_writes(stored, [("a", 1), ("b", 2), ("__error__", "boom")], "task-1", "path")
     assert len(counter.requests) == 1
