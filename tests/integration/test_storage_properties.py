@@ -37,6 +37,7 @@ import pytest
 from hypothesis import HealthCheck, event, given, settings
 from hypothesis import strategies as st
 from langchain_core.messages import AIMessage, AnyMessage, BaseMessage, HumanMessage
+from langgraph.checkpoint.base.id import uuid6
 from langgraph.checkpoint.memory import InMemorySaver
 from langgraph.graph import END, START, StateGraph
 from langgraph.graph.message import add_messages
@@ -262,7 +263,9 @@ class Model:
         new_versions = {ch: self.a.get_next_version(versions.get(ch), None) for ch in changed}
         versions.update(new_versions)
         self.counter += 1
-        checkpoint_id = f"1ef00000-0000-6000-8000-{self.counter:012d}"
+        # The time part is now, as LangGraph's own ids (a checkpoint older than
+        # its thread's deletion is refused); the counter orders ids of one tick.
+        checkpoint_id = f"{str(uuid6())[:19]}8000-{self.counter:012d}"
         run_id = self.runs[thread]
         checkpoint = {
             "v": 4,
@@ -330,6 +333,12 @@ class Model:
         for stored in list(self.checkpoints.values()):
             if stored.run_id == run_id:
                 self.forget(stored)
+        # A deleted run writes nothing more (its puts are refused): the next
+        # write to its threads comes from a new run, as LangGraph's next invoke.
+        for thread, current in list(self.runs.items()):
+            if current == run_id:
+                self.run_counter += 1
+                self.runs[thread] = f"{thread}-run-{self.run_counter}"
         self.check_all()
 
     def copy_thread(self) -> None:
