@@ -37,7 +37,6 @@ import random
 import statistics
 import sys
 import time
-import uuid
 from collections.abc import Callable, Iterator
 from contextlib import contextmanager
 from pathlib import Path
@@ -47,7 +46,6 @@ import numpy as np
 import psycopg
 from langgraph.store.base import PutOp
 from langgraph.store.postgres import PostgresStore
-from psycopg import conninfo
 
 from langgraph_colosseum.memory import ColosseumStore
 
@@ -63,28 +61,16 @@ def log(msg: str) -> None:
 
 @contextmanager
 def database() -> Iterator[str]:
+    sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
+    from tests.integration.store_support import fresh_database, private_embedded_postgres
+
     admin = os.environ.get("COLOSSEUM_BENCH_STORE_URL")
     if admin is None:
-        sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
-        from tests.integration.store_support import private_embedded_postgres
-
-        with private_embedded_postgres() as url, fresh(url) as db:
+        with private_embedded_postgres() as url, fresh_database(url) as db:
             yield db
     else:
-        with fresh(admin) as db:
+        with fresh_database(admin) as db:
             yield db
-
-
-@contextmanager
-def fresh(admin: str) -> Iterator[str]:
-    name = f"colosseum_store_bench_{uuid.uuid4().hex[:8]}"
-    with psycopg.connect(admin, autocommit=True) as conn:
-        conn.execute(f'CREATE DATABASE "{name}"')
-    try:
-        yield conninfo.make_conninfo(admin, dbname=name)
-    finally:
-        with psycopg.connect(admin, autocommit=True) as conn:
-            conn.execute(f'DROP DATABASE IF EXISTS "{name}" WITH (FORCE)')
 
 
 @contextmanager
