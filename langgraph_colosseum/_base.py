@@ -296,28 +296,41 @@ class ColosseumSaverBase(BaseCheckpointSaver[str], abc.ABC, Generic[ThreadsT]):
             logger.info("could not drop stale Redis heads on close: %s", exc)
             return 0
 
-    def rekey(self, *, batch_size: int = DEFAULT_BATCH_SIZE) -> int:
+    def rekey(
+        self, *, batch_size: int = DEFAULT_BATCH_SIZE, encrypt_plaintext: bool = False
+    ) -> int:
         """Re-seal every row sealed with an older key under the current key of
-        `encryption=`; how many rows it re-sealed. Batches of `batch_size` rows,
+        `encryption=`; how many rows it wrote. Batches of `batch_size` rows,
         each one transaction: safe to stop and run again (it resumes), and a
         second run finds nothing to do. Then the older keys can be retired.
+
+        `encrypt_plaintext=True` also seals the plaintext rows of a database
+        written before `encryption=` was on (reads refuse them until then).
+        Plaintext cannot be authenticated, so they are sealed as they are:
+        run it once, when turning encryption on.
 
         Example:
             >>> enc = Encryption({"2026-12": new_key, "2026-06": old_key})
             >>> with ColosseumSaver.from_conn_string(dsn, encryption=enc) as saver:
             ...     saver.rekey()
         """
-        return self._run(rekey(self._encryption(), batch_size))
+        return self._run(
+            rekey(self._encrypted_codec(), batch_size, encrypt_plaintext=encrypt_plaintext)
+        )
 
-    async def arekey(self, *, batch_size: int = DEFAULT_BATCH_SIZE) -> int:
+    async def arekey(
+        self, *, batch_size: int = DEFAULT_BATCH_SIZE, encrypt_plaintext: bool = False
+    ) -> int:
         """`rekey`, awaited."""
-        return await self._arun(rekey(self._encryption(), batch_size))
+        return await self._arun(
+            rekey(self._encrypted_codec(), batch_size, encrypt_plaintext=encrypt_plaintext)
+        )
 
-    def _encryption(self) -> Encryption:
-        encryption = self._store.codec.encryption
-        if encryption is None:
+    def _encrypted_codec(self) -> ValueCodec:
+        codec = self._store.codec
+        if codec.encryption is None:
             raise InvalidConfigError("rekey needs the saver's encryption= keys")
-        return encryption
+        return codec
 
     def get_next_version(self, current: str | None, channel: None) -> str:
         return next_version(current)

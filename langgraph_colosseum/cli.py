@@ -167,14 +167,26 @@ def _saver() -> Iterator[ColosseumSaver]:
 
 
 ENCRYPTION_KEYS_ENV = "COLOSSEUM_ENCRYPTION_KEYS"
+# What the application lists as plaintext, comma-separated: the commands must
+# know it too, or they would refuse those rows as plaintext where ciphertext is due.
+PLAINTEXT_CHANNELS_ENV = "COLOSSEUM_ENCRYPTION_PLAINTEXT_CHANNELS"
+SEARCHABLE_METADATA_ENV = "COLOSSEUM_ENCRYPTION_SEARCHABLE_METADATA"
 
 
 def _encryption() -> Encryption:
     spec = os.environ.get(ENCRYPTION_KEYS_ENV)
     if not spec:
         raise Fail(f"set {ENCRYPTION_KEYS_ENV} to id:base64key,... (the first key is current)")
+
+    def names(env: str) -> list[str]:
+        return [n.strip() for n in os.environ.get(env, "").split(",") if n.strip()]
+
     try:
-        return Encryption.from_spec(spec)
+        return Encryption.from_spec(
+            spec,
+            plaintext_channels=names(PLAINTEXT_CHANNELS_ENV),
+            searchable_metadata=names(SEARCHABLE_METADATA_ENV),
+        )
     except ValueError as exc:
         raise Fail(f"{ENCRYPTION_KEYS_ENV}: {exc}", BAD_INPUT) from None
 
@@ -266,15 +278,24 @@ def migrate() -> None:
 @_command()
 def rekey(
     batch_size: int = typer.Option(500, "--batch-size", min=1, help="Rows per transaction."),
+    encrypt_plaintext: bool = typer.Option(
+        False,
+        "--encrypt-plaintext",
+        help="Also encrypt rows written before encryption was on (they cannot be "
+        "authenticated: they are sealed as they are).",
+    ),
 ) -> None:
     """Re-encrypt rows sealed with an older key under the current one.
 
     Keys come from COLOSSEUM_ENCRYPTION_KEYS (id:base64key,..., the first is
-    current). Safe to stop and run again: it resumes where it stopped.
+    current); the channels and metadata keys the application keeps plaintext
+    from COLOSSEUM_ENCRYPTION_PLAINTEXT_CHANNELS and
+    COLOSSEUM_ENCRYPTION_SEARCHABLE_METADATA (comma-separated). Safe to stop
+    and run again: it resumes where it stopped.
     """
     encryption = _encryption()
     with _saver() as saver:
-        count = saver.rekey(batch_size=batch_size)
+        count = saver.rekey(batch_size=batch_size, encrypt_plaintext=encrypt_plaintext)
     typer.echo(f"re-encrypted {count} rows with key {encryption.current!r}")
 
 

@@ -20,6 +20,13 @@ class ColosseumError(Exception):
         return redact(super().__str__())
 
 
+class EncryptedFieldError(ColosseumError, ValueError):
+    """A filter names a metadata key or channel that `encryption=` stores sealed:
+    the database cannot compare it, so the filter is refused rather than
+    matching nothing. List it in `Encryption(searchable_metadata=...)` or
+    `Encryption(plaintext_channels=...)` to keep it searchable."""
+
+
 class CodecError(ColosseumError):
     """A value cannot be encoded to, or decoded from, the typed jsonb form."""
 

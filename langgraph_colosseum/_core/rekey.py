@@ -1,86 +1,242 @@
-"""`rekey`: re-seal every row sealed with an older key under the current one.
+"""`rekey`: re-seal every row sealed with an older key under the current one;
+with `encrypt_plaintext`, also seal the plaintext rows of a database written
+before `encryption=` was turned on.
 
 Batches of `batch_size` rows per table, each batch one transaction. It is
 idempotent and resumable: what is left to do is exactly the rows whose key id
-is not the current one, so a run stopped anywhere simply continues the next
-time. A row that does not open (altered, or its key not configured) is
-refused with `CorruptRowError`, as a read would: rekey never seals data it
-could not authenticate.
+is not the current one (or that are plaintext where ciphertext belongs), so a
+run stopped anywhere simply continues the next time. A sealed row that does
+not open (altered, or its key not configured) is refused with
+`CorruptRowError`, as a read would: rekey never seals data it could not
+authenticate. A plaintext row cannot be authenticated: `encrypt_plaintext`
+seals it as it is, which is why it is a separate, explicit step, and why reads
+keep refusing plaintext rows until it has run.
 """
 
 from __future__ import annotations
 
 from collections.abc import Callable
 
+import orjson
+
 from langgraph_colosseum._core import sql
 from langgraph_colosseum._core.crypt import (
     MARK,
+    SEALED_KEY,
     Encryption,
     RowSealError,
     frozen_aad,
+    is_sealed,
+    is_sealed_json,
+    metadata_aad,
+    registry_aad,
     value_aad,
     write_aad,
 )
 from langgraph_colosseum._core.io import Operation, Query, Transaction
-from langgraph_colosseum._core.values import corrupt_row
+from langgraph_colosseum._core.values import ValueCodec, corrupt_row
+from langgraph_colosseum.errors import CodecError, CorruptRowError
 
 DEFAULT_BATCH_SIZE = 500
 
-# (select, update, number of identity columns, aad of a selected row, what to name)
+# (select, update, number of identity columns, aad of (identity, encoding), what to name)
 _TABLES: tuple[tuple[str, str, int, Callable[..., bytes], Callable[..., tuple]], ...] = (
     (
         sql.REKEY_SELECT_VALUES,
         sql.REKEY_UPDATE_VALUE,
-        4,
-        lambda t, ns, ch, v, enc, base: value_aad(t, ns, ch, v, enc, base),
-        lambda t, ns, ch, v, enc, base: ((t, ns, ch), f"version {v!r}"),
+        5,
+        lambda t, ns, ch, v, base, enc: value_aad(t, ns, ch, v, enc, base),
+        lambda t, ns, ch, v, base: ((t, ns, ch), f"version {v!r}"),
     ),
     (
         sql.REKEY_SELECT_WRITES,
         sql.REKEY_UPDATE_WRITE,
-        5,
+        6,
         lambda t, ns, cid, task, idx, ch, enc: write_aad(t, ns, cid, task, idx, ch, enc),
-        lambda t, ns, cid, task, idx, ch, enc: ((t, ns, ch), cid),
+        lambda t, ns, cid, task, idx, ch: ((t, ns, ch), cid),
     ),
     (
         sql.REKEY_SELECT_HISTORIES,
         sql.REKEY_UPDATE_HISTORY,
-        5,
+        6,
         lambda t, ns, cid, ch, seq, task, enc: frozen_aad(t, ns, cid, ch, seq, task, enc),
-        lambda t, ns, cid, ch, seq, task, enc: ((t, ns, ch), cid),
+        lambda t, ns, cid, ch, seq, task: ((t, ns, ch), cid),
     ),
 )
 
 
-def rekey(encryption: Encryption, batch_size: int = DEFAULT_BATCH_SIZE) -> Operation[int]:
-    """Re-seal rows under `encryption.current`; how many rows were re-sealed."""
+def rekey(
+    codec: ValueCodec,
+    batch_size: int = DEFAULT_BATCH_SIZE,
+    *,
+    encrypt_plaintext: bool = False,
+) -> Operation[int]:
+    """Re-seal rows under `codec.encryption.current` (and seal plaintext rows
+    with `encrypt_plaintext`); how many rows were written."""
     if batch_size < 1:
         raise ValueError(f"batch_size must be at least 1, not {batch_size}")
-    current = MARK + encryption.current
+    encryption = codec.encryption
+    assert encryption is not None
     done = 0
-    for select, update, width, aad_of, where_of in _TABLES:
-        seen: set[tuple] = set()
-        while True:
-            rows = yield Query(select, {"current": current, "limit": batch_size})
-            keys = {tuple(row[:width]) for row in rows}
-            if not rows or keys <= seen:
-                # Nothing left, or only rows rewritten meanwhile by a writer still
-                # sealing with an older key: the next run takes those.
-                break
-            seen |= keys
-            updates = []
-            for *identity, data, type_ in rows:
-                try:
-                    opened = encryption.open(None, data, type_, aad_of(*identity))
-                except RowSealError as exc:
-                    where, at = where_of(*identity)
-                    raise corrupt_row(where, at, exc) from None
-                sealed = encryption.seal(
-                    "", opened.json, opened.data, opened.type, aad_of(*identity)
-                )
-                params = {f"k{i}": identity[i] for i in range(width)}
-                params.update(data=sealed.data, type=sealed.type, old_data=data, old_type=type_)
-                updates.append(Query(update, params, fetch=False))
+    passes = [sql.REKEY_OLD_KEY] + ([sql.REKEY_PLAINTEXT] if encrypt_plaintext else [])
+    params = {
+        "current": MARK + encryption.current,
+        "key_id": encryption.current,
+        "plaintext_channels": sorted(encryption.plaintext_channels),
+        "limit": batch_size,
+    }
+    for where in passes:
+        for select, update, width, aad_of, where_of in _TABLES:
+            done += yield from _batches(
+                select.format(where=where),
+                params,
+                width,
+                lambda row, update=update, width=width, aad_of=aad_of, where_of=where_of: (
+                    _reseal_row(encryption, update, width, aad_of, where_of, row)
+                ),
+            )
+    metadata_passes = [sql.REKEY_METADATA_OLD_KEY] + (
+        [sql.REKEY_METADATA_PLAINTEXT] if encrypt_plaintext else []
+    )
+    for where in metadata_passes:
+        done += yield from _batches(
+            sql.REKEY_SELECT_METADATA.format(where=where),
+            params,
+            3,
+            lambda row: _reseal_metadata(codec, row),
+        )
+    done += yield from _registry(codec, batch_size, encrypt_plaintext)
+    return done
+
+
+def _batches(
+    select: str, params: dict, width: int, reseal: Callable[[tuple], Query]
+) -> Operation[int]:
+    """Rows of `select` (their first `width` columns name them), re-sealed a batch at a time."""
+    done = 0
+    seen: set[tuple] = set()
+    while True:
+        rows = yield Query(select, params)
+        keys = {tuple(row[:width]) for row in rows}
+        if not rows or keys <= seen:
+            # Nothing left, or only rows rewritten meanwhile by a writer still
+            # sealing with an older key: the next run takes those.
+            return done
+        seen |= keys
+        yield Transaction(tuple(map(reseal, rows)))
+        done += len(rows)
+
+
+def _reseal_row(
+    encryption: Encryption,
+    update: str,
+    width: int,
+    aad_of: Callable[..., bytes],
+    where_of: Callable[..., tuple],
+    row: tuple,
+) -> Query:
+    *identity, encoding, json, data, type_ = row
+    aad = aad_of(*identity, encoding)
+    if is_sealed(type_):
+        try:
+            opened = encryption.open(json, data, type_, aad)
+        except RowSealError as exc:
+            where, at = where_of(*identity)
+            raise corrupt_row(where, at, exc) from None
+        json, data, type_ = opened.json, opened.data, opened.type
+    sealed = encryption.seal(encoding, json, data, type_, aad)
+    params = {f"k{i}": identity[i] for i in range(width)}
+    params.update(
+        data=sealed.data,
+        type=sealed.type,
+        old_encoding=encoding,
+        old_json=row[-3],
+        old_data=row[-2],
+        old_type=row[-1],
+    )
+    return Query(update, params, fetch=False)
+
+
+def _reseal_metadata(codec: ValueCodec, row: tuple) -> Query:
+    thread_id, checkpoint_ns, checkpoint_id, text = row
+    encryption = codec.encryption
+    assert encryption is not None
+    aad = metadata_aad(thread_id, checkpoint_ns, checkpoint_id)
+    try:
+        parsed = orjson.loads(text)
+        full = text
+        if type(parsed) is dict and SEALED_KEY in parsed:
+            full = encryption.open_json(parsed[SEALED_KEY], aad)
+            codec.load_metadata(text, aad)  # its plaintext keys checked too
+        metadata = codec.load_json(full)
+        if type(metadata) is not dict:
+            raise CodecError("the metadata is not an object")
+    except (RowSealError, CodecError, orjson.JSONDecodeError) as exc:
+        raise corrupt_row((thread_id, checkpoint_ns, None), checkpoint_id, exc) from None
+    new = codec.seal_metadata(metadata, full, aad)
+    return Query(
+        sql.REKEY_UPDATE_METADATA,
+        {"k0": thread_id, "k1": checkpoint_ns, "k2": checkpoint_id, "new": new, "old": text},
+        fetch=False,
+    )
+
+
+def _registry(codec: ValueCodec, batch_size: int, encrypt_plaintext: bool) -> Operation[int]:
+    """The registry rows, every one in thread order: a row is rewritten when one
+    of its values is sealed with an older key, or (`encrypt_plaintext`) is
+    plaintext where it is to be sealed."""
+    done = 0
+    after = ""
+    while True:
+        rows = yield Query(sql.REKEY_SELECT_REGISTRY, {"after": after, "limit": batch_size})
+        updates = []
+        for thread_id, metadata, values in rows:
+            new_metadata = _reseal_object(codec, thread_id, "metadata", metadata, encrypt_plaintext)
+            new_values = _reseal_object(codec, thread_id, "values", values, encrypt_plaintext)
+            if new_metadata is not None or new_values is not None:
+                params = {
+                    "thread_id": thread_id,
+                    "metadata": new_metadata or metadata,
+                    "values": new_values or values,
+                    "old_metadata": metadata,
+                    "old_values": values,
+                }
+                updates.append(Query(sql.REKEY_UPDATE_REGISTRY, params, fetch=False))
+        if updates:
             yield Transaction(tuple(updates))
             done += len(updates)
-    return done
+        if len(rows) < batch_size:
+            return done
+        after = rows[-1][0]
+
+
+def _reseal_object(
+    codec: ValueCodec, thread_id: str, part: str, text: str, encrypt_plaintext: bool
+) -> str | None:
+    """A registry object with its values re-sealed, or None if none needs it."""
+    encryption = codec.encryption
+    assert encryption is not None
+    data = orjson.loads(text)
+    changed = False
+    for key, value in data.items():
+        aad = registry_aad(thread_id, part, key)
+        if is_sealed_json(value):
+            if value.get("k") == encryption.current:
+                continue
+            try:
+                plain = encryption.open_json(value, aad)
+            except RowSealError as exc:
+                raise CorruptRowError(
+                    thread_id=thread_id,
+                    checkpoint_ns="",
+                    checkpoint_id=None,
+                    channel=None,
+                    cause=RowSealError(f"{part} key {key!r}: {exc}"),
+                ) from None
+        elif encrypt_plaintext and codec.sealed_in_registry(part, key):
+            plain = orjson.dumps(value).decode()
+        else:
+            continue
+        data[key] = encryption.seal_json(plain, aad)
+        changed = True
+    return orjson.dumps(data).decode() if changed else None

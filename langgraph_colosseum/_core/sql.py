@@ -969,38 +969,68 @@ WHERE s.thread_id = u.thread_id AND s.head_key = u.head_key
 
 # ---------------------------------------------------------------- rekey (encryption=)
 
-# Rows sealed with another key than the current one, a batch at a time. Not a
-# hot path: it crosses threads on purpose. Each update names the row's
-# ciphertext as read, so a row rewritten meanwhile is left for the next batch.
-_REKEY_WHERE = "value_type LIKE 'aes256gcm:%%' AND value_type <> %(current)s"
+# Rows to (re-)seal, a batch at a time: `_REKEY_OLD_KEY` those sealed with
+# another key than the current one; `_REKEY_PLAINTEXT` plaintext rows of
+# channels that are to be encrypted (a database written before encryption=).
+# Not a hot path: it crosses threads on purpose. Each update names the row as
+# read, so a row rewritten meanwhile is left for the next batch.
+REKEY_OLD_KEY = "value_type LIKE 'aes256gcm:%%' AND value_type <> %(current)s"
+REKEY_PLAINTEXT = (
+    "(value_type IS NULL OR value_type NOT LIKE 'aes256gcm:%%') "
+    "AND channel <> ALL(%(plaintext_channels)s::text[])"
+)
+_REKEY_COLUMNS = "encoding, value::text, value_bytes, value_type"
+_REKEY_GUARD = """
+  AND encoding = %(old_encoding)s AND value::text IS NOT DISTINCT FROM %(old_json)s
+  AND value_bytes IS NOT DISTINCT FROM %(old_data)s
+  AND value_type IS NOT DISTINCT FROM %(old_type)s
+"""
 REKEY_SELECT_VALUES = f"""
-SELECT thread_id, checkpoint_ns, channel, version, encoding, base_version, value_bytes, value_type
-FROM colosseum_channel_values WHERE {_REKEY_WHERE} LIMIT %(limit)s
+SELECT thread_id, checkpoint_ns, channel, version, base_version, {_REKEY_COLUMNS}
+FROM colosseum_channel_values WHERE {{where}} LIMIT %(limit)s
 """
-REKEY_UPDATE_VALUE = """
-UPDATE colosseum_channel_values SET value_bytes = %(data)s, value_type = %(type)s
+REKEY_UPDATE_VALUE = f"""
+UPDATE colosseum_channel_values SET value = NULL, value_bytes = %(data)s, value_type = %(type)s
 WHERE thread_id = %(k0)s AND checkpoint_ns = %(k1)s AND channel = %(k2)s AND version = %(k3)s
-  AND value_bytes = %(old_data)s AND value_type = %(old_type)s
-"""
+{_REKEY_GUARD}"""
 REKEY_SELECT_WRITES = f"""
-SELECT thread_id, checkpoint_ns, checkpoint_id, task_id, idx, channel, encoding,
-       value_bytes, value_type
-FROM colosseum_writes WHERE {_REKEY_WHERE} LIMIT %(limit)s
+SELECT thread_id, checkpoint_ns, checkpoint_id, task_id, idx, channel, {_REKEY_COLUMNS}
+FROM colosseum_writes WHERE {{where}} LIMIT %(limit)s
 """
-REKEY_UPDATE_WRITE = """
-UPDATE colosseum_writes SET value_bytes = %(data)s, value_type = %(type)s
+REKEY_UPDATE_WRITE = f"""
+UPDATE colosseum_writes SET value = NULL, value_bytes = %(data)s, value_type = %(type)s
 WHERE thread_id = %(k0)s AND checkpoint_ns = %(k1)s AND checkpoint_id = %(k2)s
   AND task_id = %(k3)s AND idx = %(k4)s
-  AND value_bytes = %(old_data)s AND value_type = %(old_type)s
-"""
+{_REKEY_GUARD}"""
 REKEY_SELECT_HISTORIES = f"""
-SELECT thread_id, checkpoint_ns, checkpoint_id, channel, seq, task_id, encoding,
-       value_bytes, value_type
-FROM colosseum_delta_histories WHERE {_REKEY_WHERE} LIMIT %(limit)s
+SELECT thread_id, checkpoint_ns, checkpoint_id, channel, seq, task_id, {_REKEY_COLUMNS}
+FROM colosseum_delta_histories WHERE {{where}} LIMIT %(limit)s
 """
-REKEY_UPDATE_HISTORY = """
-UPDATE colosseum_delta_histories SET value_bytes = %(data)s, value_type = %(type)s
+REKEY_UPDATE_HISTORY = f"""
+UPDATE colosseum_delta_histories SET value = NULL, value_bytes = %(data)s, value_type = %(type)s
 WHERE thread_id = %(k0)s AND checkpoint_ns = %(k1)s AND checkpoint_id = %(k2)s
   AND channel = %(k3)s AND seq = %(k4)s
-  AND value_bytes = %(old_data)s AND value_type = %(old_type)s
+{_REKEY_GUARD}"""
+# Checkpoint metadata: sealed with another key, or not sealed at all.
+REKEY_METADATA_OLD_KEY = "metadata #>> '{$sealed,k}' <> %(key_id)s"
+REKEY_METADATA_PLAINTEXT = "NOT metadata ? '$sealed'"
+REKEY_SELECT_METADATA = """
+SELECT thread_id, checkpoint_ns, checkpoint_id, metadata::text
+FROM colosseum_checkpoints WHERE {where} LIMIT %(limit)s
+"""
+REKEY_UPDATE_METADATA = """
+UPDATE colosseum_checkpoints SET metadata = %(new)s::jsonb
+WHERE thread_id = %(k0)s AND checkpoint_ns = %(k1)s AND checkpoint_id = %(k2)s
+  AND metadata::text = %(old)s
+"""
+# The registry, every row in thread order (keyset pages): which of its keys
+# must be sealed is decided per key in Python.
+REKEY_SELECT_REGISTRY = """
+SELECT thread_id, metadata::text, state_values::text FROM colosseum_threads
+WHERE thread_id > %(after)s ORDER BY thread_id LIMIT %(limit)s
+"""
+REKEY_UPDATE_REGISTRY = """
+UPDATE colosseum_threads SET metadata = %(metadata)s::jsonb, state_values = %(values)s::jsonb
+WHERE thread_id = %(thread_id)s
+  AND metadata::text = %(old_metadata)s AND state_values::text = %(old_values)s
 """

@@ -38,6 +38,7 @@ from langgraph_colosseum._core.crypt import (
     RowSealError,
     frozen_aad,
     is_sealed,
+    metadata_aad,
     value_aad,
     write_aad,
 )
@@ -353,6 +354,7 @@ class CheckpointStore:
         if before is not None and (before_id := get_checkpoint_id(before)):
             where.append(sql.LIST_WHERE_BEFORE)
             params["before"] = checked_key("checkpoint_id", before_id)
+        self.codec.check_filter("metadata", filter or ())
         compared_in_python: dict[str, Any] = {}
         for i, (key, value) in enumerate((filter or {}).items()):
             params[f"mk{i}"] = key
@@ -546,6 +548,13 @@ class CheckpointStore:
             else:
                 planned.append(self._plan_value(where, str(version), values[channel]))
         full_metadata = get_serializable_checkpoint_metadata(config, metadata)
+        metadata_text = self._json(
+            full_metadata, Where(thread_id, checkpoint_ns, checkpoint_id, "<metadata>")
+        )
+        if self.codec.encryption is not None:
+            metadata_text = self.codec.seal_metadata(
+                full_metadata, metadata_text, metadata_aad(thread_id, checkpoint_ns, checkpoint_id)
+            )
         params = {
             "thread_id": thread_id,
             "checkpoint_ns": checkpoint_ns,
@@ -555,14 +564,14 @@ class CheckpointStore:
             "checkpoint": self._checkpoint_document(
                 checkpoint, Where(thread_id, checkpoint_ns, checkpoint_id, "<checkpoint>")
             ),
-            "metadata": self._json(
-                full_metadata, Where(thread_id, checkpoint_ns, checkpoint_id, "<metadata>")
-            ),
+            "metadata": metadata_text,
             "parents": _parents(metadata.get("parents")),
             "created": uuid6_time(checkpoint_id),
             "channels": list(new_versions),
             "versions": [str(v) for v in new_versions.values()],
-            **self._registry_params(config, checkpoint_ns, values, new_versions, planned),
+            **self._registry_params(
+                config, thread_id, checkpoint_ns, values, new_versions, planned
+            ),
         }
         sealed = self._seal_values(thread_id, checkpoint_ns, new_versions, planned)
         run = self.runs.of(config)
@@ -728,6 +737,7 @@ class CheckpointStore:
     def _registry_params(
         self,
         config: RunnableConfig,
+        thread_id: str,
         checkpoint_ns: str,
         values: dict[str, Any],
         new_versions: ChannelVersions,
@@ -748,24 +758,25 @@ class CheckpointStore:
             for channel, (stored, base) in zip(new_versions, planned):
                 if channel.startswith("__") or ":" in channel:
                     continue  # LangGraph's own channels (tasks, branches) are not state
-                if self.codec.encrypts(channel):
-                    # The registry's copy would be plaintext beside the ciphertext.
-                    values_del.append(channel)
-                    continue
                 text = stored.json if stored.encoding == JSON else None
                 if text is None and base is not None and stored.encoding in DELTA_ENCODINGS:
                     # A delta row: the base knows the value's size without encoding it.
                     if base.full_bytes + base.delta_bytes <= SEARCHABLE_VALUE_BYTES:
                         text = self._json_or_none(values[channel])
                 if text is not None and len(text) <= SEARCHABLE_VALUE_BYTES:
-                    values_set[channel] = orjson.loads(text)
+                    # An encrypted channel's copy is sealed (see _core/crypt.py).
+                    values_set[channel] = self.codec.seal_registry_value(
+                        thread_id, "values", channel, text
+                    )
                 else:
                     values_del.append(channel)
-        owner, token = fence_of(str((config.get("configurable") or {}).get("thread_id")))
+        owner, token = fence_of(thread_id)
         return {
             "run_owner": owner,
             "run_token": token,
-            "run_metadata": self.codec.dump_object(run_metadata),
+            "run_metadata": self.codec.dump_object(
+                run_metadata, sealed_for=(thread_id, "metadata")
+            ),
             "values_set": orjson.dumps(values_set).decode(),
             "values_del": values_del,
             "ttl": self.thread_ttl,
@@ -1261,7 +1272,9 @@ class CheckpointStore:
          w_task_ids, w_idxs, w_task_paths, w_channels, w_encodings, w_jsons, w_datas,
          w_types) = row[:_CHECKPOINT_WIDTH]  # fmt: skip
         try:
-            metadata = self.codec.load_json(metadata_json)
+            metadata = self.codec.load_metadata(
+                metadata_json, metadata_aad(thread_id, checkpoint_ns, checkpoint_id)
+            )
         except Exception as exc:  # any parse or decode failure: the row is unreadable
             raise corrupt_row((thread_id, checkpoint_ns, None), checkpoint_id, exc) from exc
         channel_values = {}

@@ -212,9 +212,9 @@ def _thread(row: tuple, codec: ValueCodec) -> ThreadInfo:
     """A registry row as a ThreadInfo; CorruptRowError naming the thread if unreadable."""
     thread_id, status, created, updated, metadata, values, head, expires = row
     try:
-        decoded_metadata = codec.load_object(metadata)
-        decoded_values = codec.load_object(values)
-    except CodecError as exc:
+        decoded_metadata = codec.load_object(metadata, sealed_for=(thread_id, "metadata"))
+        decoded_values = codec.load_object(values, sealed_for=(thread_id, "values"))
+    except (CodecError, RowSealError) as exc:
         raise CorruptRowError(
             thread_id=thread_id, checkpoint_ns="", checkpoint_id=None, channel=None, cause=exc
         ) from exc
@@ -239,6 +239,8 @@ def _search_params(
         raise InvalidConfigError(
             f"unknown thread status {status!r}: expected one of {', '.join(STATUSES)}"
         )
+    codec.check_filter("metadata", metadata or ())
+    codec.check_filter("values", values or ())
     return {
         "metadata": codec.dump_object(metadata, filter=True) if metadata else None,
         "values": codec.dump_object(values, filter=True) if values else None,
@@ -287,7 +289,8 @@ def count(
 
 def update(thread_id: str, metadata: Mapping[str, Any], codec: ValueCodec) -> Operation[ThreadInfo]:
     thread_id = checked_key("thread_id", thread_id)
-    rows = yield Query(UPDATE, {"thread_id": thread_id, "metadata": codec.dump_object(metadata)})
+    stored = codec.dump_object(metadata, sealed_for=(thread_id, "metadata"))
+    rows = yield Query(UPDATE, {"thread_id": thread_id, "metadata": stored})
     return _thread(rows[0], codec)
 
 

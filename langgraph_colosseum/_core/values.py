@@ -27,10 +27,19 @@ from langgraph.checkpoint.serde.encrypted import EncryptedSerializer
 
 from langgraph_colosseum._core import shapes
 from langgraph_colosseum._core.codec import TypeRegistry, is_object_key
-from langgraph_colosseum._core.crypt import Encryption, RowSealError, is_sealed, value_aad
+from langgraph_colosseum._core.crypt import (
+    SEALED_KEY,
+    Encryption,
+    RowSealError,
+    is_sealed,
+    is_sealed_json,
+    registry_aad,
+    value_aad,
+)
 from langgraph_colosseum.errors import (
     CodecError,
     CorruptRowError,
+    EncryptedFieldError,
     UnsupportedValueError,
     ValueNotStorableError,
 )
@@ -228,7 +237,78 @@ class ValueCodec:
             raise parsed.error()
         return self.registry.decode(parsed)
 
-    def dump_object(self, mapping: Mapping[str, Any], *, filter: bool = False) -> str:
+    # ------------------------------------------------ metadata and the registry
+    #
+    # With encryption= these keep their jsonb shape, so SQL reads the keys that
+    # stay plaintext; see _core/crypt.py for the sealed forms.
+
+    def seal_metadata(self, metadata: Mapping[str, Any], text: str, aad: bytes) -> str:
+        """A checkpoint's metadata as stored: `text` (its JSON) when not encrypted;
+        else its plaintext keys, and the whole of it sealed under SEALED_KEY."""
+        encryption = self.encryption
+        if encryption is None:
+            return text
+        document = self.registry.encode(
+            {k: v for k, v in metadata.items() if encryption.plain_metadata_key(k)}
+        )
+        document[SEALED_KEY] = encryption.seal_json(text, aad)
+        return orjson.dumps(document).decode()
+
+    def load_metadata(self, text: str | None, aad: bytes) -> Any:
+        """A checkpoint's metadata from its stored form (see `seal_metadata`);
+        `RowSealError` when it is not sealed, does not open, or a plaintext key
+        differs from the sealed copy: fail closed."""
+        encryption = self.encryption
+        parsed = parse_json(text or "null")
+        if encryption is None:
+            if type(parsed) is dict and is_sealed_json(parsed.get(SEALED_KEY)):
+                raise RowSealError(
+                    "the metadata is encrypted and this saver has no encryption= keys"
+                )
+            return self.load_parsed(JSON, parsed, None, None)
+        if type(parsed) is not dict or SEALED_KEY not in parsed:
+            raise RowSealError("the metadata is plaintext where ciphertext is expected")
+        metadata = self.load_json(encryption.open_json(parsed.pop(SEALED_KEY), aad))
+        if type(metadata) is not dict:
+            raise CodecError("the sealed metadata is not an object")
+        # The plaintext keys are a copy for SQL; each must be what the sealed
+        # metadata holds (those listed when the row was written, maybe not now).
+        plain = self.registry.decode(parsed)
+        if type(plain) is not dict or not all(
+            key in metadata and self.encode_data(value) == self.encode_data(metadata[key])
+            for key, value in plain.items()
+        ):
+            raise RowSealError("a plaintext metadata key differs from its sealed copy (altered)")
+        return metadata
+
+    def sealed_in_registry(self, part: str, key: str) -> bool:
+        """Whether the registry row's `part` ("metadata" / "values") seals `key`."""
+        encryption = self.encryption
+        if encryption is None:
+            return False
+        if part == "metadata":
+            return not encryption.plain_metadata_key(key)
+        return encryption.encrypts(key)
+
+    def check_filter(self, part: str, keys: Iterable[str]) -> None:
+        """`EncryptedFieldError` for a filter on a key stored sealed: it could
+        only ever match nothing."""
+        sealed = sorted(k for k in keys if self.sealed_in_registry(part, k))
+        if sealed:
+            listed = "searchable_metadata" if part == "metadata" else "plaintext_channels"
+            raise EncryptedFieldError(
+                f"cannot filter on {part} key(s) {', '.join(map(repr, sealed))}: with "
+                f"encryption= they are stored encrypted; list them in Encryption({listed}=...) "
+                "to keep them searchable (new rows only; older rows stay sealed)"
+            )
+
+    def dump_object(
+        self,
+        mapping: Mapping[str, Any],
+        *,
+        filter: bool = False,
+        sealed_for: tuple[str, str] | None = None,
+    ) -> str:
         """A JSON object whose keys are the mapping's own, each value typed-codec data.
 
         For rows that SQL merges key by key (``||``) or matches by containment
@@ -236,6 +316,8 @@ class ValueCodec:
         tagged form, so a key spelled like the tag ("$t") is only a key, and one
         merged row can never hide or break the others' keys. A `filter` (the
         right side of ``@>``) leaves out what containment must not compare.
+        `sealed_for` is (thread id, "metadata" | "values") of a registry row:
+        with encryption=, each key that is not plaintext is sealed on its own.
         """
         registry = self.matching_registry if filter else self.registry
         out = {}
@@ -246,13 +328,26 @@ class ValueCodec:
                     path=f"$[{key!r}]",
                 )
             try:
-                out[key] = self.encode(value, registry)[0]
+                out[key], text = self.encode(value, registry)
             except CodecError as exc:
                 raise exc.under(f".{key}") from None
+            if sealed_for is not None and self.sealed_in_registry(sealed_for[1], key):
+                assert self.encryption is not None
+                out[key] = self.encryption.seal_json(text, registry_aad(*sealed_for, key))
         return orjson.dumps(out).decode()
 
-    def load_object(self, text: str | None) -> dict[str, Any]:
-        """The mapping `dump_object` wrote; `CodecError` (with the path) if it is not one."""
+    def seal_registry_value(self, thread_id: str, part: str, key: str, text: str) -> Any:
+        """One value of a registry row as stored: its JSON data, or sealed."""
+        if not self.sealed_in_registry(part, key):
+            return orjson.loads(text)
+        assert self.encryption is not None
+        return self.encryption.seal_json(text, registry_aad(thread_id, part, key))
+
+    def load_object(
+        self, text: str | None, sealed_for: tuple[str, str] | None = None
+    ) -> dict[str, Any]:
+        """The mapping `dump_object` wrote; `CodecError` (with the path) if it is not
+        one, `RowSealError` if a key that must be sealed is not, or does not open."""
         try:
             data = orjson.loads(text or "{}")
         except orjson.JSONDecodeError as exc:
@@ -262,6 +357,23 @@ class ValueCodec:
         out = {}
         for key, value in data.items():
             try:
+                if sealed_for is not None and self.sealed_in_registry(sealed_for[1], key):
+                    assert self.encryption is not None
+                    try:
+                        value = orjson.loads(
+                            self.encryption.open_json(value, registry_aad(*sealed_for, key))
+                        )
+                    except RowSealError as exc:
+                        raise RowSealError(f"{sealed_for[1]} key {key!r}: {exc}") from None
+                elif is_sealed_json(value):
+                    # Sealed before the key was listed as plaintext: still opens.
+                    if self.encryption is None or sealed_for is None:
+                        raise RowSealError(
+                            f"{key!r} is encrypted and this saver has no encryption= keys"
+                        )
+                    value = orjson.loads(
+                        self.encryption.open_json(value, registry_aad(*sealed_for, key))
+                    )
                 out[key] = self.registry.decode(value)
             except CodecError as exc:
                 raise exc.under(f".{key}") from None

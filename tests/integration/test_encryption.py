@@ -177,11 +177,14 @@ def test_nothing_readable_in_postgres_or_redis(pg_url: str, mode: str) -> None:
     assert secret in _database_text(pg_url)
 
 
-def test_registry_keeps_only_plaintext_channels(pg_url: str, mode: str) -> None:
-    """threads.search(values=...) finds plaintext-listed channels; encrypted ones
-    leave no copy in colosseum_threads.state_values."""
+def test_registry_seals_its_copy_of_encrypted_channels(pg_url: str, mode: str) -> None:
+    """threads.search(values=...) finds plaintext-listed channels and refuses a
+    filter on an encrypted one; colosseum_threads.state_values holds that
+    channel sealed, and ThreadInfo.values has it back."""
     from langgraph.graph import StateGraph
     from typing_extensions import TypedDict
+
+    from langgraph_colosseum import EncryptedFieldError
 
     class State(TypedDict):
         status: str
@@ -193,14 +196,16 @@ def test_registry_keeps_only_plaintext_channels(pg_url: str, mode: str) -> None:
     with open_saver(pg_url, mode, keys(plaintext_channels=["status"])) as saver:
         graph = builder.compile(checkpointer=saver)
         graph.invoke({"status": "new", "note": "x"}, {"configurable": {"thread_id": "enc-reg"}})
-        found = [t.thread_id for t in saver.threads.search(values={"status": "done"})]
-        assert found == ["enc-reg"]
-        assert list(saver.threads.search(values={"note": "private-note-xyz"})) == []
+        found = saver.threads.search(values={"status": "done"})
+        assert [t.thread_id for t in found] == ["enc-reg"]
+        assert found[0].values == {"status": "done", "note": "private-note-xyz"}
+        with pytest.raises(EncryptedFieldError, match="'note'"):
+            saver.threads.search(values={"note": "private-note-xyz"})
     with psycopg.connect(pg_url) as conn:
         ((values,),) = conn.execute(
             "SELECT state_values FROM colosseum_threads WHERE thread_id = 'enc-reg'"
         ).fetchall()
-        assert values == {"status": "done"}
+        assert values["status"] == "done" and values["note"]["$t"] == "aes256gcm"
         # The plaintext channel stays queryable jsonb.
         rows = conn.execute(
             "SELECT value FROM colosseum_channel_values WHERE channel = 'status'"

@@ -1,0 +1,214 @@
+"""Encryption of metadata: checkpoint metadata and the thread registry's copies
+(issue 19, item 4 "everything else is ciphertext"), searchable keys, and
+filters on sealed keys refused. Tampering is done with SQL on Postgres, then
+this session's Redis keys are dropped so the read goes to the altered rows.
+"""
+
+from __future__ import annotations
+
+import uuid
+from collections import Counter
+
+import psycopg
+import pytest
+from langchain_core.messages import HumanMessage
+
+from langgraph_colosseum import ColosseumSaver, CorruptRowError, EncryptedFieldError, Encryption
+from tests.conftest import CACHE_MODES, flush_cache, truncate
+from tests.integration.graphs import chat_graph
+from tests.integration.test_encryption import (
+    KEY_2,
+    _database_text,
+    _redis_bytes,
+    _refused,
+    keys,
+    open_saver,
+)
+
+SECRET = f"SECRET-{uuid.uuid4().hex}"
+
+pytestmark = pytest.mark.parametrize("mode", CACHE_MODES)
+
+
+@pytest.fixture(autouse=True)
+def _empty(pg_url: str) -> None:
+    truncate(pg_url)
+
+
+def searchable():
+    return keys(searchable_metadata=["user_id"], plaintext_channels=["status"])
+
+
+def _chat_with_metadata(saver: ColosseumSaver, thread_id: str) -> dict:
+    graph = chat_graph(Counter()).compile(checkpointer=saver)
+    config = {
+        "configurable": {"thread_id": thread_id},
+        "metadata": {"user_id": f"user-of-{thread_id}", "note": SECRET},
+    }
+    graph.invoke({"messages": [HumanMessage(content="hi", id="h1")]}, config)
+    return graph.invoke({"messages": [HumanMessage(content="again", id="h2")]}, config)
+
+
+def test_metadata_sealed_searchable_keys_work_and_sealed_keys_refuse(
+    pg_url: str, mode: str
+) -> None:
+    with open_saver(pg_url, mode, searchable()) as saver:
+        _chat_with_metadata(saver, "meta-a")
+        _chat_with_metadata(saver, "meta-b")
+        # Read back whole: the sealed keys are data again.
+        found = list(saver.list(None, filter={"user_id": "user-of-meta-a"}))
+        assert found and {t.config["configurable"]["thread_id"] for t in found} == {"meta-a"}
+        assert all(t.metadata["note"] == SECRET for t in found)
+        latest = saver.get_tuple({"configurable": {"thread_id": "meta-a"}})
+        assert latest is not None and latest.metadata["note"] == SECRET
+        # LangGraph's own keys stay plaintext (SQL reads them): filters work.
+        steps = list(saver.list({"configurable": {"thread_id": "meta-a"}}, filter={"step": 1}))
+        assert [t.metadata["step"] for t in steps] == [1]
+        with pytest.raises(EncryptedFieldError, match="'note'.*searchable_metadata"):
+            list(saver.list(None, filter={"note": SECRET}))
+        # The registry: searchable keys and plaintext channels found, sealed ones refused.
+        assert [
+            t.thread_id for t in saver.threads.search(metadata={"user_id": "user-of-meta-b"})
+        ] == ["meta-b"]
+        with pytest.raises(EncryptedFieldError, match="'note'"):
+            saver.threads.search(metadata={"note": SECRET})
+        with pytest.raises(EncryptedFieldError, match="'messages'.*plaintext_channels"):
+            saver.threads.search(values={"messages": []})
+        info = saver.threads.get("meta-a")
+        assert info is not None and info.metadata["note"] == SECRET
+        saver.threads.update("meta-a", metadata={"note": "updated " + SECRET, "user_id": "u2"})
+        info = saver.threads.get("meta-a")
+        assert info.metadata["note"] == "updated " + SECRET and info.metadata["user_id"] == "u2"
+    text = _database_text(pg_url)
+    assert "user-of-meta-a" in text  # searchable: plaintext by choice
+    assert SECRET not in text and "again" not in text
+    assert SECRET.encode() not in _redis_bytes()
+
+
+def _two_checkpoints(conn: psycopg.Connection, thread_id: str) -> list[str]:
+    return [
+        r[0]
+        for r in conn.execute(
+            "SELECT checkpoint_id FROM colosseum_checkpoints WHERE thread_id = %s "
+            "ORDER BY checkpoint_id DESC LIMIT 2",
+            (thread_id,),
+        ).fetchall()
+    ]
+
+
+TAMPERINGS = {
+    # A byte of the sealed metadata changed.
+    "flip": (
+        "UPDATE colosseum_checkpoints SET metadata = jsonb_set(metadata, '{$sealed,v}', "
+        "to_jsonb(translate(metadata #>> '{$sealed,v}', 'ABCabc', 'BCAbca'))) "
+        "WHERE thread_id = %(t)s AND checkpoint_id = %(latest)s",
+        "tag",
+    ),
+    # Two checkpoints' metadata exchanged: each is bound to its checkpoint.
+    "swap": (
+        "UPDATE colosseum_checkpoints a SET metadata = b.metadata FROM colosseum_checkpoints b "
+        "WHERE a.thread_id = %(t)s AND b.thread_id = %(t)s AND "
+        "((a.checkpoint_id = %(latest)s AND b.checkpoint_id = %(older)s) OR "
+        " (a.checkpoint_id = %(older)s AND b.checkpoint_id = %(latest)s))",
+        "tag",
+    ),
+    # A plaintext row written where a sealed one belongs.
+    "plaintext": (
+        'UPDATE colosseum_checkpoints SET metadata = \'{"step": 1, "note": "forged"}\' '
+        "WHERE thread_id = %(t)s AND checkpoint_id = %(latest)s",
+        "plaintext",
+    ),
+    # A searchable key changed beside its sealed copy.
+    "searchable": (
+        "UPDATE colosseum_checkpoints SET metadata = jsonb_set(metadata, '{user_id}', '\"other\"') "
+        "WHERE thread_id = %(t)s AND checkpoint_id = %(latest)s",
+        "differs",
+    ),
+}
+
+
+@pytest.mark.parametrize("tampering", list(TAMPERINGS))
+def test_altered_checkpoint_metadata_is_refused(pg_url: str, mode: str, tampering: str) -> None:
+    statement, word = TAMPERINGS[tampering]
+    thread_id = f"meta-{tampering}"
+    with open_saver(pg_url, mode, searchable()) as saver:
+        _chat_with_metadata(saver, thread_id)
+    with psycopg.connect(pg_url) as conn:
+        latest, older = _two_checkpoints(conn, thread_id)
+        changed = conn.execute(statement, {"t": thread_id, "latest": latest, "older": older})
+        assert changed.rowcount >= 1
+    message = _refused(pg_url, mode, thread_id, searchable(), word)
+    assert latest in message  # the row is named
+
+
+def test_metadata_without_the_key_is_refused(pg_url: str, mode: str) -> None:
+    with open_saver(pg_url, mode, searchable()) as saver:
+        _chat_with_metadata(saver, "meta-nokey")
+    with psycopg.connect(pg_url) as conn:
+        # Only the metadata is sealed here: no value row, no pending write.
+        conn.execute("DELETE FROM colosseum_writes WHERE thread_id = 'meta-nokey'")
+        conn.execute(
+            "UPDATE colosseum_checkpoints SET checkpoint = jsonb_set(checkpoint - '$channel_order', "
+            "'{channel_versions}', '{}') WHERE thread_id = 'meta-nokey'"
+        )
+    _refused(pg_url, mode, "meta-nokey", None, "no encryption= keys")
+    _refused(pg_url, mode, "meta-nokey", Encryption({"k2": KEY_2}), "'k1'", "not configured")
+
+
+def test_altered_registry_rows_are_refused(pg_url: str, mode: str) -> None:
+    with open_saver(pg_url, mode, searchable()) as saver:
+        _chat_with_metadata(saver, "reg-a")
+        _chat_with_metadata(saver, "reg-b")
+    with psycopg.connect(pg_url) as conn:
+        # reg-a: its sealed note swapped for reg-b's; reg-b: a plaintext note.
+        conn.execute(
+            "UPDATE colosseum_threads a SET metadata = jsonb_set(a.metadata, '{note}', "
+            "b.metadata -> 'note') FROM colosseum_threads b "
+            "WHERE a.thread_id = 'reg-a' AND b.thread_id = 'reg-b'"
+        )
+        conn.execute(
+            "UPDATE colosseum_threads SET state_values = jsonb_set(state_values, "
+            "'{messages}', '[]') WHERE thread_id = 'reg-b'"
+        )
+    flush_cache()
+    with open_saver(pg_url, mode, searchable()) as saver:
+        with pytest.raises(CorruptRowError, match="reg-a.*'note'.*tag"):
+            saver.threads.get("reg-a")
+        with pytest.raises(CorruptRowError, match="reg-b.*'messages'.*plaintext"):
+            saver.threads.get("reg-b")
+        # A listing leaves them out (counted), never shows them as data.
+        assert saver.threads.search(metadata={"user_id": "user-of-reg-a"}) == []
+        assert saver.threads.skipped_rows >= 1
+
+
+# ------------------------------------------------------------ turning encryption on
+
+
+def test_encrypt_plaintext_migrates_an_existing_database(pg_url: str, mode: str) -> None:
+    """A database written without encryption=: reads with keys refuse its rows
+    (fail closed stays the default) until rekey(encrypt_plaintext=True) seals
+    them, in batches, once (a second run finds nothing)."""
+    with open_saver(pg_url, mode, None) as saver:
+        _chat_with_metadata(saver, "mig-a")
+        saver.threads.update("mig-a", metadata={"team": SECRET})
+        graph = chat_graph(Counter()).compile(checkpointer=saver)
+        config = {"configurable": {"thread_id": "mig-a"}}
+        history = repr([(s.values, s.metadata) for s in graph.get_state_history(config)])
+        registry = saver.threads.get("mig-a")
+    assert SECRET in _database_text(pg_url)
+    _refused(pg_url, mode, "mig-a", searchable(), "plaintext")
+    with open_saver(pg_url, mode, searchable()) as saver:
+        assert saver.rekey() == 0  # without encrypt_plaintext: only older keys
+        assert saver.rekey(batch_size=3, encrypt_plaintext=True) > 0
+        assert saver.rekey(encrypt_plaintext=True) == 0
+    flush_cache()
+    assert SECRET not in _database_text(pg_url)
+    with open_saver(pg_url, mode, searchable()) as saver:
+        graph = chat_graph(Counter()).compile(checkpointer=saver)
+        config = {"configurable": {"thread_id": "mig-a"}}
+        again = repr([(s.values, s.metadata) for s in graph.get_state_history(config)])
+        assert again == history
+        assert saver.threads.get("mig-a") == registry
+        assert [
+            t.thread_id for t in saver.threads.search(metadata={"user_id": "user-of-mig-a"})
+        ] == ["mig-a"]
