@@ -647,6 +647,79 @@ COPY_THREAD = (
     """,
 )
 
+# copy_thread with encryption=: each row is bound to its thread, so the copy
+# is read, re-sealed for the target in Python, and inserted from arrays.
+COPY_READ_CHECKPOINTS = """
+SELECT checkpoint_ns, checkpoint_id, parent_checkpoint_id, run_id, checkpoint::text,
+       metadata::text, created_at
+FROM colosseum_checkpoints WHERE thread_id = %(source)s
+"""
+COPY_READ_VALUES = """
+SELECT checkpoint_ns, channel, version, encoding, value::text, value_bytes, value_type,
+       base_version, depth
+FROM colosseum_channel_values WHERE thread_id = %(source)s
+"""
+COPY_READ_WRITES = """
+SELECT checkpoint_ns, checkpoint_id, task_id, idx, task_path, channel,
+       encoding, value::text, value_bytes, value_type
+FROM colosseum_writes WHERE thread_id = %(source)s
+"""
+COPY_READ_HISTORIES = """
+SELECT checkpoint_ns, checkpoint_id, channel, seq, task_id,
+       encoding, value::text, value_bytes, value_type
+FROM colosseum_delta_histories WHERE thread_id = %(source)s
+"""
+COPY_SEALED = (
+    """
+    INSERT INTO colosseum_checkpoints
+        (thread_id, checkpoint_ns, checkpoint_id, parent_checkpoint_id, run_id,
+         checkpoint, metadata, created_at)
+    SELECT %(target)s, u.ns, u.id, u.parent, u.run_id, u.checkpoint::jsonb, u.metadata::jsonb,
+           u.created_at
+    FROM unnest(%(c_ns)s::text[], %(c_ids)s::text[], %(c_parents)s::text[],
+                %(c_runs)s::text[], %(c_checkpoints)s::text[], %(c_metadata)s::text[],
+                %(c_created)s::timestamptz[])
+         AS u(ns, id, parent, run_id, checkpoint, metadata, created_at)
+    ON CONFLICT DO NOTHING
+    """,
+    """
+    INSERT INTO colosseum_channel_values
+        (thread_id, checkpoint_ns, channel, version, encoding, value, value_bytes, value_type,
+         base_version, depth)
+    SELECT %(target)s, u.ns, u.channel, u.version, u.encoding, u.value::jsonb, u.value_bytes,
+           u.value_type, u.base, u.depth
+    FROM unnest(%(v_ns)s::text[], %(v_channels)s::text[], %(v_versions)s::text[],
+                %(v_encodings)s::text[], %(v_jsons)s::text[], %(v_datas)s::bytea[],
+                %(v_types)s::text[], %(v_bases)s::text[], %(v_depths)s::int[])
+         AS u(ns, channel, version, encoding, value, value_bytes, value_type, base, depth)
+    ON CONFLICT DO NOTHING
+    """,
+    """
+    INSERT INTO colosseum_writes
+        (thread_id, checkpoint_ns, checkpoint_id, task_id, idx, task_path, channel,
+         encoding, value, value_bytes, value_type)
+    SELECT %(target)s, u.ns, u.id, u.task_id, u.idx, u.task_path, u.channel, u.encoding,
+           u.value::jsonb, u.value_bytes, u.value_type
+    FROM unnest(%(w_ns)s::text[], %(w_ids)s::text[], %(w_tasks)s::text[], %(w_idxs)s::int[],
+                %(w_paths)s::text[], %(w_channels)s::text[], %(w_encodings)s::text[],
+                %(w_jsons)s::text[], %(w_datas)s::bytea[], %(w_types)s::text[])
+         AS u(ns, id, task_id, idx, task_path, channel, encoding, value, value_bytes, value_type)
+    ON CONFLICT DO NOTHING
+    """,
+    """
+    INSERT INTO colosseum_delta_histories
+        (thread_id, checkpoint_ns, checkpoint_id, channel, seq, task_id,
+         encoding, value, value_bytes, value_type)
+    SELECT %(target)s, u.ns, u.id, u.channel, u.seq, u.task_id, u.encoding, u.value::jsonb,
+           u.value_bytes, u.value_type
+    FROM unnest(%(h_ns)s::text[], %(h_ids)s::text[], %(h_channels)s::text[], %(h_seqs)s::int[],
+                %(h_tasks)s::text[], %(h_encodings)s::text[], %(h_jsons)s::text[],
+                %(h_datas)s::bytea[], %(h_types)s::text[])
+         AS u(ns, id, channel, seq, task_id, encoding, value, value_bytes, value_type)
+    ON CONFLICT DO NOTHING
+    """,
+)
+
 # Delta channels (LangGraph lists them in counters_since_delta_snapshot) that
 # have no stored value at checkpoint `c`, so rebuilding them walks ancestors.
 _DELTA_CHANNELS_TO_FREEZE = """

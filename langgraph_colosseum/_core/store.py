@@ -957,20 +957,105 @@ class CheckpointStore:
         are keyed by, so a call the source recorded is not run again on the
         copy, and the copy's `current_idempotency_key()` is the source's.
         """
-        if self.codec.encryption is not None:
-            raise NotImplementedError(
-                "copy_thread is not available with encryption=: each row is bound to its "
-                "thread (AES-GCM associated data), so a copy must be re-encrypted, which "
-                "this version does not do"
-            )
         params = {
             "source": checked_key("thread_id", str(source_thread_id)),
             "target": checked_key("thread_id", str(target_thread_id)),
         }
         self.bases.forget_threads([params["target"]])
         self.seeds.forget_threads([params["target"]])
-        yield Transaction(tuple(Query(q, params, fetch=False) for q in sql.COPY_THREAD))
+        statements = sql.COPY_THREAD
+        if self.codec.encryption is not None:
+            # Each row is bound to its thread (the AES-GCM associated data):
+            # the copy is opened and sealed again for the target.
+            params.update((yield from self._resealed_copy(params["source"], params["target"])))
+            statements = (sql.COPY_THREAD[0], *sql.COPY_SEALED, sql.COPY_THREAD[-1])
+        yield Transaction(tuple(Query(q, params, fetch=False) for q in statements))
         yield from self._drop_heads([params["target"]])
+
+    def _resealed_copy(self, source: str, target: str) -> Operation[dict[str, list]]:
+        """The source thread's rows opened and sealed for `target`: COPY_SEALED's
+        arrays. A row that does not open is refused (`CorruptRowError`), not copied."""
+        read = {"source": source}
+        checkpoints, values, writes, histories = yield Transaction(
+            tuple(
+                Query(q, read)
+                for q in (
+                    sql.COPY_READ_CHECKPOINTS,
+                    sql.COPY_READ_VALUES,
+                    sql.COPY_READ_WRITES,
+                    sql.COPY_READ_HISTORIES,
+                )
+            )
+        )
+
+        def reseal(where, at, channel, encoding, json, data, type_, aad, *identity):
+            # `aad(thread, *identity)`: the row's associated data in either thread.
+            try:
+                json, data, type_, _ = self.codec.open(
+                    channel, json, data, type_, aad(source, *identity)
+                )
+            except RowSealError as exc:
+                raise corrupt_row(where, at, exc) from None
+            stored = StoredValue(encoding, json, data, type_)
+            return self.codec.seal(stored, channel, aad(target, *identity))[1:4]
+
+        out: dict[str, list] = {}
+        for ns, cid, parent, run_id, document, metadata, created in checkpoints:
+            try:
+                metadata = self.codec.reseal_metadata(
+                    metadata, metadata_aad(source, ns, cid), metadata_aad(target, ns, cid)
+                )
+            except (RowSealError, CodecError) as exc:
+                raise corrupt_row((source, ns, None), cid, exc) from None
+            for name, item in zip(
+                (
+                    "c_ns",
+                    "c_ids",
+                    "c_parents",
+                    "c_runs",
+                    "c_checkpoints",
+                    "c_metadata",
+                    "c_created",
+                ),
+                (ns, cid, parent, run_id, document, metadata, created),
+            ):
+                out.setdefault(name, []).append(item)
+        for ns, ch, version, enc, json, data, type_, base, depth in values:
+            sealed = reseal(
+                (source, ns, ch), f"version {version!r}", ch, enc, json, data, type_,
+                value_aad, ns, ch, version, enc, base,
+            )  # fmt: skip
+            for name, item in zip(
+                ("v_ns", "v_channels", "v_versions", "v_encodings", "v_jsons", "v_datas",
+                 "v_types", "v_bases", "v_depths"),
+                (ns, ch, version, enc, *sealed, base, depth),
+            ):  # fmt: skip
+                out.setdefault(name, []).append(item)
+        for ns, cid, task, idx, path, ch, enc, json, data, type_ in writes:
+            sealed = reseal(
+                (source, ns, ch), cid, ch, enc, json, data, type_,
+                write_aad, ns, cid, task, idx, ch, enc,
+            )  # fmt: skip
+            for name, item in zip(
+                ("w_ns", "w_ids", "w_tasks", "w_idxs", "w_paths", "w_channels", "w_encodings",
+                 "w_jsons", "w_datas", "w_types"),
+                (ns, cid, task, idx, path, ch, enc, *sealed),
+            ):  # fmt: skip
+                out.setdefault(name, []).append(item)
+        for ns, cid, ch, seq, task, enc, json, data, type_ in histories:
+            sealed = reseal(
+                (source, ns, ch), cid, ch, enc, json, data, type_,
+                frozen_aad, ns, cid, ch, seq, task, enc,
+            )  # fmt: skip
+            for name, item in zip(
+                ("h_ns", "h_ids", "h_channels", "h_seqs", "h_tasks", "h_encodings", "h_jsons",
+                 "h_datas", "h_types"),
+                (ns, cid, ch, seq, task, enc, *sealed),
+            ):  # fmt: skip
+                out.setdefault(name, []).append(item)
+        for name in _COPY_ARRAYS:
+            out.setdefault(name, [])
+        return out
 
     def prune(
         self, thread_ids: Sequence[str], strategy: str = "keep_latest", keep: int = 1
@@ -1434,6 +1519,15 @@ class CheckpointStore:
         except CodecError as exc:
             raise not_storable(where, getattr(exc, "path", "$"), exc) from exc
 
+
+# The arrays of sql.COPY_SEALED (an empty thread's copy sends them empty).
+_COPY_ARRAYS = (
+    *("c_ns", "c_ids", "c_parents", "c_runs", "c_checkpoints", "c_metadata", "c_created"),
+    *("v_ns", "v_channels", "v_versions", "v_encodings", "v_jsons", "v_datas", "v_types"),
+    *("v_bases", "v_depths", "w_ns", "w_ids", "w_tasks", "w_idxs", "w_paths", "w_channels"),
+    *("w_encodings", "w_jsons", "w_datas", "w_types", "h_ns", "h_ids", "h_channels", "h_seqs"),
+    *("h_tasks", "h_encodings", "h_jsons", "h_datas", "h_types"),
+)
 
 # The checkpoint and writes columns every checkpoint query starts with.
 _CHECKPOINT_WIDTH = 14

@@ -281,6 +281,11 @@ class ValueCodec:
             raise RowSealError("a plaintext metadata key differs from its sealed copy (altered)")
         return metadata
 
+    def reseal_metadata(self, text: str, aad: bytes, new_aad: bytes) -> str:
+        """A checkpoint's stored metadata opened (checked) and sealed for another place."""
+        metadata = self.load_metadata(text, aad)
+        return self.seal_metadata(metadata, self.encode(metadata)[1], new_aad)
+
     def sealed_in_registry(self, part: str, key: str) -> bool:
         """Whether the registry row's `part` ("metadata" / "values") seals `key`."""
         encryption = self.encryption

@@ -212,3 +212,43 @@ def test_encrypt_plaintext_migrates_an_existing_database(pg_url: str, mode: str)
         assert [
             t.thread_id for t in saver.threads.search(metadata={"user_id": "user-of-mig-a"})
         ] == ["mig-a"]
+
+
+# ------------------------------------------------------------ copy_thread
+
+
+def test_copy_thread_reseals_for_the_copy(pg_url: str, mode: str) -> None:
+    """A copy reads as its source did; its rows are bound to the copy; a source
+    row that does not open is refused, and nothing is copied."""
+    with open_saver(pg_url, mode, searchable()) as saver:
+        _chat_with_metadata(saver, "copy-src")
+        saver.copy_thread("copy-src", "copy-dst")
+        graph = chat_graph(Counter()).compile(checkpointer=saver)
+
+        def history(thread_id: str) -> str:
+            config = {"configurable": {"thread_id": thread_id}}
+            return repr([(s.values, s.metadata, s.next) for s in graph.get_state_history(config)])
+
+        assert history("copy-dst") == history("copy-src")
+        # The copy goes on by itself.
+        config = {"configurable": {"thread_id": "copy-dst"}}
+        graph.invoke({"messages": [HumanMessage(content="on the copy", id="h3")]}, config)
+    with psycopg.connect(pg_url) as conn:
+        # A source row moved into the copy's place does not open there.
+        conn.execute(
+            "UPDATE colosseum_channel_values d SET value_bytes = s.value_bytes "
+            "FROM colosseum_channel_values s WHERE d.thread_id = 'copy-dst' "
+            "AND s.thread_id = 'copy-src' AND d.channel = s.channel AND d.version = s.version "
+            "AND d.channel = 'messages'"
+        )
+        conn.execute(
+            "UPDATE colosseum_writes SET value_bytes = set_byte(value_bytes, 20, "
+            "get_byte(value_bytes, 20) # 1) WHERE thread_id = 'copy-src'"
+        )
+    flush_cache()
+    with open_saver(pg_url, mode, searchable()) as saver:
+        with pytest.raises(CorruptRowError, match="copy-dst.*tag"):
+            list(saver.list({"configurable": {"thread_id": "copy-dst"}}))
+        with pytest.raises(CorruptRowError, match="copy-src.*tag"):
+            saver.copy_thread("copy-src", "copy-2")
+        assert list(saver.list({"configurable": {"thread_id": "copy-2"}})) == []
