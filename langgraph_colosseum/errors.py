@@ -97,10 +97,14 @@ class CorruptRowError(ColosseumError):
         checkpoint_id: str | None,
         channel: str | None,
         cause: BaseException,
+        row: str | None = None,
     ) -> None:
         self.thread_id = thread_id
         self.checkpoint_id = checkpoint_id
         self.channel = channel
+        if row is not None:  # another row of the thread's, named by the caller
+            super().__init__(f"cannot load {row} of thread {thread_id!r}: {cause}")
+            return
         if checkpoint_id is None:  # not a checkpoint's row: the thread's registry row
             super().__init__(f"cannot load the registry row of thread {thread_id!r}: {cause}")
             return

@@ -32,6 +32,7 @@ from langchain_core.messages import BaseMessage
 from langgraph.checkpoint.base import CheckpointTuple, create_checkpoint
 
 from langgraph_colosseum._core import inspection as ops
+from langgraph_colosseum._core import ledger
 from langgraph_colosseum._core import threads as thread_ops
 from langgraph_colosseum._core.store import checkpoint_config
 from langgraph_colosseum.errors import InvalidConfigError, NotFoundError, UnsupportedValueError
@@ -180,11 +181,12 @@ class Inspector:
         out = []
         for row in self._run(ops.ledger(thread_id)):
             entry = dict(zip(columns, row[:9]))
-            output, has_bytes = row[9], row[10]
+            key, (output, data, type_) = row[0], row[9:12]
+            entry["error"] = ledger.open_text(self._codec, thread_id, key, "error", row[8])
             entry["output"] = (
-                readable(self._codec.load_json(output))
-                if output
-                else ("<bytes>" if has_bytes else None)
+                readable(ledger.load_output(self._codec, thread_id, key, output, data, type_))
+                if output is not None or data is not None
+                else None
             )
             out.append(entry)
         return out

@@ -49,6 +49,7 @@ from langgraph_colosseum._core.ledger import (
 from langgraph_colosseum._leases import arenewing, renewing
 from langgraph_colosseum.errors import (
     ColosseumError,
+    CorruptRowError,
     LedgerMissingError,
     ToolFailedError,
     ToolOutcomeUnknownError,
@@ -226,8 +227,11 @@ class IdempotentToolNode(ToolNode):
 
 
 # Ledger errors that bypass handle_tool_errors. A tool that overran its timeout
-# (ToolTimeoutError) is a tool failure like any other, and is not among them.
+# (ToolTimeoutError) is a tool failure like any other, and is not among them. A
+# ledger row that cannot be read (altered, or sealed with a key not configured)
+# is refused to the caller, not handed to the model as a tool's error.
 _FOR_THE_GRAPH = (
+    CorruptRowError,
     LedgerMissingError,
     ToolOutcomeUnknownError,
     ToolWaitTimeoutError,

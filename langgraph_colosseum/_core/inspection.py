@@ -73,7 +73,7 @@ LIMIT %(limit)s OFFSET %(offset)s
 
 LEDGER = """
 SELECT idempotency_key, checkpoint_ns, tool_name, tool_call_id, status, attempts,
-       started_at, completed_at, error, output::text, output_bytes IS NOT NULL
+       started_at, completed_at, error, output::text, output_bytes, output_type
 FROM colosseum_tool_calls
 WHERE thread_id = %(thread_id)s
 ORDER BY started_at NULLS LAST, idempotency_key

@@ -35,9 +35,11 @@ import rfc8785
 from langchain_core.messages import ToolMessage
 from langgraph.types import Command
 
+from langgraph_colosseum._core.crypt import RowSealError, is_sealed, is_sealed_json
 from langgraph_colosseum._core.io import Operation, Overran, Query, RunTool, Sleep
 from langgraph_colosseum._core.values import JSON, SERDE, ValueCodec, Where
 from langgraph_colosseum.errors import (
+    CorruptRowError,
     ToolFailedError,
     ToolOutcomeUnknownError,
     ToolTimeoutError,
@@ -187,7 +189,7 @@ def execute_once(plan: ToolCallPlan, codec: ValueCodec) -> Operation[Any]:
         "task_id": plan.task_id,
         "tool_name": identity.tool_name,
         "tool_call_id": identity.tool_call_id,
-        "input": _jsonb_or_null(codec, identity.args),
+        "input": seal_text(codec, plan.key, "input", _jsonb_or_null(codec, identity.args)),
         "owner": owner,
         "lease": policy.lease_seconds,
         "retry_unknown": policy.on_unknown == "retry",
@@ -203,13 +205,18 @@ def execute_once(plan: ToolCallPlan, codec: ValueCodec) -> Operation[Any]:
             continue
         _, status, output, output_bytes, output_type, error, live, _ = rows[0]
         if status == "SUCCESS":
-            return _for_this_call(_load_output(codec, output, output_bytes, output_type), identity)
+            loaded = load_output(
+                codec, identity.thread_id, plan.key, output, output_bytes, output_type
+            )
+            return _for_this_call(loaded, identity)
         if status == "FAILED":
             if output is not None or output_bytes is not None:
                 # The graph was answered already (an error ToolMessage): answer the same.
-                return _for_this_call(
-                    _load_output(codec, output, output_bytes, output_type), identity
+                loaded = load_output(
+                    codec, identity.thread_id, plan.key, output, output_bytes, output_type
                 )
+                return _for_this_call(loaded, identity)
+            error = open_text(codec, identity.thread_id, plan.key, "error", error)
             raise _error(ToolFailedError, f"the tool failed before: {error}", plan)
         if not live:
             raise _error(
@@ -232,14 +239,15 @@ def execute_once(plan: ToolCallPlan, codec: ValueCodec) -> Operation[Any]:
         # ToolNode turns a handled exception into an error ToolMessage: the
         # graph gets that message now, and the ledger records a failure.
         failed = getattr(outcome, "status", None) == "error"
-        stored = _dump_output(codec, outcome, identity)
+        stored = _dump_output(codec, outcome, identity, plan.key)
+        error = str(getattr(outcome, "content", "")) if failed else None
         yield Query(
             COMPLETE,
             {
                 "key": plan.key,
                 "owner": owner,
                 "status": "FAILED" if failed else "SUCCESS",
-                "error": str(getattr(outcome, "content", "")) if failed else None,
+                "error": seal_text(codec, plan.key, "error", error),
                 **stored,
             },
         )
@@ -251,7 +259,7 @@ def execute_once(plan: ToolCallPlan, codec: ValueCodec) -> Operation[Any]:
             "key": plan.key,
             "owner": owner,
             "status": "TIMED_OUT" if timed_out else "FAILED",
-            "error": f"{type(outcome).__name__}: {outcome}",
+            "error": seal_text(codec, plan.key, "error", f"{type(outcome).__name__}: {outcome}"),
             "output": None,
             "output_bytes": None,
             "output_type": None,
@@ -284,10 +292,100 @@ def _jsonb_or_null(codec: ValueCodec, value: Any) -> str | None:
         return None
 
 
-def _dump_output(codec: ValueCodec, output: Any, identity: ToolCallIdentity) -> dict[str, Any]:
+def _dump_output(
+    codec: ValueCodec, output: Any, identity: ToolCallIdentity, key: str
+) -> dict[str, Any]:
     where = Where(identity.thread_id, identity.checkpoint_ns, None, f"<tool {identity.tool_name}>")
     stored = codec.dump(output, where)
-    return {"output": stored.json, "output_bytes": stored.data, "output_type": stored.type}
+    json, data, type_ = stored.json, stored.data, stored.type
+    if codec.encryption is not None:
+        json, data, type_ = codec.encryption.seal(
+            stored.encoding, json, data, type_, output_aad(key)
+        )
+    return {"output": json, "output_bytes": data, "output_type": type_}
+
+
+# ---------------------------------------------------------------- encryption=
+#
+# A ledger row's input, output and error are sealed with the row's idempotency
+# key as associated data (its thread may change: a deleted thread's calls are
+# rehomed to a copy), so a value moved to another row does not open there.
+# With encryption= a plaintext value is refused, as in the checkpoint tables.
+
+
+def output_aad(key: str) -> bytes:
+    return _aad(key, "output")
+
+
+def _aad(key: str, field: str) -> bytes:
+    return orjson.dumps(["l", key, field])
+
+
+def seal_text(codec: ValueCodec, key: str, field: str, text: str | None) -> str | None:
+    """A ledger text column (input jsonb, error text) as stored."""
+    if text is None or codec.encryption is None:
+        return text
+    return orjson.dumps(codec.encryption.seal_json(text, _aad(key, field))).decode()
+
+
+def open_text(
+    codec: ValueCodec, thread_id: str, key: str, field: str, stored: str | None
+) -> str | None:
+    """A ledger text column as written; `CorruptRowError` when it does not open."""
+    sealed = sealed_text(stored)
+    if stored is None or (codec.encryption is None and sealed is None):
+        return stored
+    try:
+        if codec.encryption is None:
+            raise RowSealError("the value is encrypted and this saver has no encryption= keys")
+        return codec.encryption.open_json(stored if sealed is None else sealed, _aad(key, field))
+    except RowSealError as exc:
+        raise corrupt(thread_id, key, field, exc) from None
+
+
+def sealed_text(stored: str | None) -> dict | None:
+    """The sealed value a ledger text column holds (its JSON, as jsonb or text
+    renders it), or None for a plaintext one."""
+    if stored is None or not stored.startswith("{"):
+        return None
+    try:
+        parsed = orjson.loads(stored)
+    except orjson.JSONDecodeError:
+        return None
+    return parsed if is_sealed_json(parsed) else None
+
+
+def load_output(
+    codec: ValueCodec,
+    thread_id: str,
+    key: str,
+    json: str | None,
+    data: bytes | None,
+    type_: str | None,
+) -> Any:
+    """A recorded output; `CorruptRowError` when it is not sealed as it must be."""
+    try:
+        if codec.encryption is not None or is_sealed(type_):
+            if codec.encryption is None:
+                raise RowSealError("the output is encrypted and this saver has no encryption= keys")
+            opened = codec.encryption.open(json, data, type_, output_aad(key))
+            json, data, type_ = opened.json, opened.data, opened.type
+    except RowSealError as exc:
+        raise corrupt(thread_id, key, "output", exc) from None
+    if json is not None:
+        return codec.load(JSON, json, None, None)
+    return codec.load(SERDE, None, data, type_)
+
+
+def corrupt(thread_id: str, key: str, field: str, cause: Exception) -> CorruptRowError:
+    return CorruptRowError(
+        thread_id=thread_id,
+        checkpoint_ns="",
+        checkpoint_id=None,
+        channel=None,
+        cause=cause,
+        row=f"the {field} of tool call {key!r} in the tool ledger",
+    )
 
 
 def _for_this_call(output: Any, identity: ToolCallIdentity) -> Any:
@@ -301,9 +399,3 @@ def _for_this_call(output: Any, identity: ToolCallIdentity) -> Any:
             fixed = [_for_this_call(m, identity) for m in messages]
             return dataclasses.replace(output, update={**output.update, "messages": fixed})
     return output
-
-
-def _load_output(codec: ValueCodec, json: str | None, data: bytes | None, type_: str | None) -> Any:
-    if json is not None:
-        return codec.load(JSON, json, None, None)
-    return codec.load(SERDE, None, data, type_)

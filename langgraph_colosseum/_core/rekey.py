@@ -19,7 +19,7 @@ from collections.abc import Callable
 
 import orjson
 
-from langgraph_colosseum._core import sql
+from langgraph_colosseum._core import ledger, sql
 from langgraph_colosseum._core.crypt import (
     MARK,
     SEALED_KEY,
@@ -106,6 +106,7 @@ def rekey(
             lambda row: _reseal_metadata(codec, row),
         )
     done += yield from _registry(codec, batch_size, encrypt_plaintext)
+    done += yield from _ledger(codec, batch_size, encrypt_plaintext)
     return done
 
 
@@ -240,3 +241,72 @@ def _reseal_object(
         data[key] = encryption.seal_json(plain, aad)
         changed = True
     return orjson.dumps(data).decode() if changed else None
+
+
+def _ledger(codec: ValueCodec, batch_size: int, encrypt_plaintext: bool) -> Operation[int]:
+    """The tool ledger's rows, every one in key order: input, output and error
+    re-sealed (or sealed, with `encrypt_plaintext`) where they need it."""
+    done = 0
+    after = ""
+    while True:
+        rows = yield Query(sql.REKEY_SELECT_LEDGER, {"after": after, "limit": batch_size})
+        updates = []
+        for key, thread_id, *columns in rows:
+            new = _reseal_ledger_row(codec, key, thread_id, encrypt_plaintext, *columns)
+            if new is not None:
+                old = dict(zip(_LEDGER_COLUMNS, columns))
+                params = {"key": key, **new, **{f"old_{k}": v for k, v in old.items()}}
+                updates.append(Query(sql.REKEY_UPDATE_LEDGER, params, fetch=False))
+        if updates:
+            yield Transaction(tuple(updates))
+            done += len(updates)
+        if len(rows) < batch_size:
+            return done
+        after = rows[-1][0]
+
+
+_LEDGER_COLUMNS = ("input", "output", "output_bytes", "output_type", "error")
+
+
+def _reseal_ledger_row(
+    codec: ValueCodec,
+    key: str,
+    thread_id: str,
+    encrypt_plaintext: bool,
+    input_: str | None,
+    output: str | None,
+    data: bytes | None,
+    type_: str | None,
+    error: str | None,
+) -> dict | None:
+    """The row's columns re-sealed, or None when none needs it."""
+    encryption = codec.encryption
+    assert encryption is not None
+    new = dict(zip(_LEDGER_COLUMNS, (input_, output, data, type_, error)))
+    for field, text in (("input", input_), ("error", error)):
+        if text is None:
+            continue
+        parsed = ledger.sealed_text(text)
+        if parsed is not None:
+            if parsed.get("k") == encryption.current:
+                continue
+            text = ledger.open_text(codec, thread_id, key, field, text)
+        elif not encrypt_plaintext:
+            continue
+        new[field] = ledger.seal_text(codec, key, field, text)
+    original = dict(zip(_LEDGER_COLUMNS, (input_, output, data, type_, error)))
+    reseal_output = False
+    if is_sealed(type_):
+        if type_ != MARK + encryption.current:
+            try:
+                opened = encryption.open(output, data, type_, ledger.output_aad(key))
+            except RowSealError as exc:
+                raise ledger.corrupt(thread_id, key, "output", exc) from None
+            output, data, type_ = opened.json, opened.data, opened.type
+            reseal_output = True
+    elif encrypt_plaintext and (output, data) != (None, None):
+        reseal_output = True
+    if reseal_output:
+        sealed = encryption.seal("", output, data, type_, ledger.output_aad(key))
+        new.update(output=None, output_bytes=sealed.data, output_type=sealed.type)
+    return None if new == original else new

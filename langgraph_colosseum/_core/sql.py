@@ -1107,3 +1107,20 @@ UPDATE colosseum_threads SET metadata = %(metadata)s::jsonb, state_values = %(va
 WHERE thread_id = %(thread_id)s
   AND metadata::text = %(old_metadata)s AND state_values::text = %(old_values)s
 """
+# The tool ledger, every row in key order (keyset pages), as the registry.
+REKEY_SELECT_LEDGER = """
+SELECT idempotency_key, thread_id, input::text, output::text, output_bytes, output_type, error
+FROM colosseum_tool_calls WHERE idempotency_key > %(after)s
+ORDER BY idempotency_key LIMIT %(limit)s
+"""
+REKEY_UPDATE_LEDGER = """
+UPDATE colosseum_tool_calls
+SET input = %(input)s::jsonb, output = %(output)s::jsonb, output_bytes = %(output_bytes)s,
+    output_type = %(output_type)s, error = %(error)s
+WHERE idempotency_key = %(key)s
+  AND input::text IS NOT DISTINCT FROM %(old_input)s
+  AND output::text IS NOT DISTINCT FROM %(old_output)s
+  AND output_bytes IS NOT DISTINCT FROM %(old_output_bytes)s
+  AND output_type IS NOT DISTINCT FROM %(old_output_type)s
+  AND error IS NOT DISTINCT FROM %(old_error)s
+"""

@@ -17,6 +17,7 @@ from langgraph_colosseum import ColosseumSaver, CorruptRowError, EncryptedFieldE
 from tests.conftest import CACHE_MODES, flush_cache, truncate
 from tests.integration.graphs import chat_graph
 from tests.integration.test_encryption import (
+    KEY_1,
     KEY_2,
     _database_text,
     _redis_bytes,
@@ -187,7 +188,12 @@ def test_altered_registry_rows_are_refused(pg_url: str, mode: str) -> None:
 def test_encrypt_plaintext_migrates_an_existing_database(pg_url: str, mode: str) -> None:
     """A database written without encryption=: reads with keys refuse its rows
     (fail closed stays the default) until rekey(encrypt_plaintext=True) seals
-    them, in batches, once (a second run finds nothing)."""
+    them, in batches, once (a second run finds nothing). Then a new key: rekey
+    moves every sealed thing (values, metadata, registry, ledger) to it, and
+    the old key can go."""
+    from tests.integration.test_tools import CALLS
+
+    CALLS.clear()
     with open_saver(pg_url, mode, None) as saver:
         _chat_with_metadata(saver, "mig-a")
         saver.threads.update("mig-a", metadata={"team": SECRET})
@@ -195,23 +201,38 @@ def test_encrypt_plaintext_migrates_an_existing_database(pg_url: str, mode: str)
         config = {"configurable": {"thread_id": "mig-a"}}
         history = repr([(s.values, s.metadata) for s in graph.get_state_history(config)])
         registry = saver.threads.get("mig-a")
-    assert SECRET in _database_text(pg_url)
+        answers = _ledger_call(saver)
+    assert SECRET in _database_text(pg_url) and SECRET.upper() in _ledger_text(pg_url)
     _refused(pg_url, mode, "mig-a", searchable(), "plaintext")
     with open_saver(pg_url, mode, searchable()) as saver:
         assert saver.rekey() == 0  # without encrypt_plaintext: only older keys
         assert saver.rekey(batch_size=3, encrypt_plaintext=True) > 0
         assert saver.rekey(encrypt_plaintext=True) == 0
+    assert SECRET not in _database_text(pg_url) and SECRET.upper() not in _ledger_text(pg_url)
+    both = Encryption({"k2": KEY_2, "k1": KEY_1}, searchable_metadata=["user_id"])
+    with open_saver(pg_url, mode, both) as saver:
+        assert saver.rekey(batch_size=2) > 0
+        assert saver.rekey() == 0
+    text = (_database_text(pg_url) + _ledger_text(pg_url)).replace('""', '"')
+    assert "aes256gcm:k2" in text or "aes256gcm:k2" in _ledger_text(pg_url)
+    assert not any(old in text for old in ('"k": "k1"', '"k":"k1"', "aes256gcm:k1"))
     flush_cache()
-    assert SECRET not in _database_text(pg_url)
-    with open_saver(pg_url, mode, searchable()) as saver:
+    only_new = Encryption({"k2": KEY_2}, searchable_metadata=["user_id"])
+    with open_saver(pg_url, mode, only_new) as saver:
         graph = chat_graph(Counter()).compile(checkpointer=saver)
         config = {"configurable": {"thread_id": "mig-a"}}
         again = repr([(s.values, s.metadata) for s in graph.get_state_history(config)])
         assert again == history
         assert saver.threads.get("mig-a") == registry
-        assert [
-            t.thread_id for t in saver.threads.search(metadata={"user_id": "user-of-mig-a"})
-        ] == ["mig-a"]
+        found = saver.threads.search(metadata={"user_id": "user-of-mig-a"})
+        assert [t.thread_id for t in found] == ["mig-a"]
+        assert _ledger_call(saver) == answers
+        assert len(CALLS) == 2  # answered from the migrated ledger
+
+
+def _ledger_text(pg_url: str) -> str:
+    with psycopg.connect(pg_url) as conn:
+        return repr(conn.execute("SELECT t::text FROM colosseum_tool_calls t").fetchall())
 
 
 # ------------------------------------------------------------ copy_thread
@@ -252,3 +273,59 @@ def test_copy_thread_reseals_for_the_copy(pg_url: str, mode: str) -> None:
         with pytest.raises(CorruptRowError, match="copy-src.*tag"):
             saver.copy_thread("copy-src", "copy-2")
         assert list(saver.list({"configurable": {"thread_id": "copy-2"}})) == []
+
+
+# ------------------------------------------------------------ the tool ledger
+
+
+def _ledger_call(saver: ColosseumSaver) -> list:
+    """The tool node invoked on its own (thread "ledger-enc"): one answer, one handled error."""
+    from langgraph.runtime import DEFAULT_RUNTIME
+
+    from langgraph_colosseum import IdempotentToolNode
+    from tests.integration.test_tools import ALL_TOOLS, ai, call
+
+    message = ai(
+        "ai-1", call("shout", {"text": SECRET.lower()}, "c1"), call("boom", {"x": 7}, "c2")
+    )
+    node = IdempotentToolNode(ALL_TOOLS, ledger=saver, handle_tool_errors=True)
+    config = {"configurable": {"thread_id": "ledger-enc", "__pregel_runtime": DEFAULT_RUNTIME}}
+    answers = node.invoke([HumanMessage("go", id="h"), message], config)
+    return [(m.content, m.tool_call_id, m.status) for m in answers]
+
+
+def test_tool_ledger_is_sealed_and_replays(pg_url: str, mode: str) -> None:
+    """Input, output and error of a tool call are ciphertext; a second call is
+    answered from the ledger (the tools do not run again); a moved or plaintext
+    ledger value is refused, naming the call."""
+    from tests.integration.test_tools import CALLS
+
+    CALLS.clear()
+    with open_saver(pg_url, mode, searchable()) as saver:
+        first = _ledger_call(saver)
+        assert SECRET.upper() in repr(first)  # the tool saw and answered it
+        assert len(CALLS) == 2
+        assert _ledger_call(saver) == first
+        assert len(CALLS) == 2  # recorded answers, opened
+    with psycopg.connect(pg_url) as conn:
+        ledger = repr(conn.execute("SELECT t::text FROM colosseum_tool_calls t").fetchall())
+        assert ledger.count("aes256gcm") >= 4  # inputs and outputs
+        assert SECRET.upper() not in ledger and SECRET.lower() not in ledger
+        assert "boom 7" not in ledger
+        # The two calls' outputs exchanged: each is bound to its idempotency key.
+        conn.execute(
+            "UPDATE colosseum_tool_calls a SET output_bytes = b.output_bytes "
+            "FROM colosseum_tool_calls b WHERE a.idempotency_key <> b.idempotency_key"
+        )
+    CALLS.clear()
+    with open_saver(pg_url, mode, searchable()) as saver:
+        with pytest.raises(CorruptRowError, match="output of tool call .* ledger.*tag"):
+            _ledger_call(saver)
+        with psycopg.connect(pg_url) as conn:  # a plaintext output written in
+            conn.execute(
+                "UPDATE colosseum_tool_calls SET output = '\"forged\"', output_bytes = NULL, "
+                "output_type = NULL"
+            )
+        with pytest.raises(CorruptRowError, match="ledger-enc.*plaintext"):
+            _ledger_call(saver)
+        assert CALLS == []  # refused, never run again
