@@ -326,6 +326,11 @@ class ColosseumSaverBase(BaseCheckpointSaver[str], abc.ABC, Generic[ThreadsT]):
             rekey(self._encrypted_codec(), batch_size, encrypt_plaintext=encrypt_plaintext)
         )
 
+    @property
+    def encryption(self) -> Encryption | None:
+        """The `encryption=` keys (a Store made on this saver seals its items with them)."""
+        return self._store.codec.encryption
+
     def _encrypted_codec(self) -> ValueCodec:
         codec = self._store.codec
         if codec.encryption is None:

@@ -240,6 +240,17 @@ class StoreValueError(StoreError):
         )
 
 
+class StoreItemSealError(StoreValueError):
+    """A stored item's value is not sealed as `encryption=` requires, or does not
+    open (altered, moved from another item, or its key not configured): refused,
+    never returned."""
+
+    def __init__(self, namespace: tuple[str, ...], key: str, cause: BaseException) -> None:
+        self.namespace = namespace
+        self.key = key
+        StoreError.__init__(self, f"cannot load item {key!r} in namespace {namespace!r}: {cause}")
+
+
 class StoreFilterError(StoreError, ValueError):
     """A search `filter=` uses an operator or an operand the Store does not support."""
 

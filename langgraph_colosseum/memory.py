@@ -36,6 +36,7 @@ from langgraph.store.base import (
 from psycopg_pool import AsyncConnectionPool, ConnectionPool
 
 from langgraph_colosseum._core import io
+from langgraph_colosseum._core.crypt import Encryption
 from langgraph_colosseum._core.io import Operation, Request
 from langgraph_colosseum._core.memory import (
     ColosseumSearchOp,
@@ -65,7 +66,7 @@ class _StoreBase(BaseStore):
         self._index = VectorIndex.from_config(self.index_config) if self.index_config else None
         self.embeddings = self._index.embeddings if self._index else None
         self.ttl_config = ttl
-        self._ops = MemoryOps(driver.types, self._index)
+        self._ops = MemoryOps(driver.types, self._index, driver.encryption)
 
     @property
     def saver(self) -> Any:
@@ -151,8 +152,11 @@ class ColosseumStore(_StoreBase):
         index: dict | None = None,
         ttl: TTLConfig | None = None,
         types: Iterable[type] = (),
+        encryption: Encryption | None = None,
     ) -> None:
-        super().__init__(ColosseumSaver(conn, types=types), index=index, ttl=ttl)
+        super().__init__(
+            ColosseumSaver(conn, types=types, encryption=encryption), index=index, ttl=ttl
+        )
         self._sweeper: threading.Thread | None = None
         self._sweeper_stop = threading.Event()
 
@@ -296,8 +300,11 @@ class AsyncColosseumStore(_StoreBase):
         index: dict | None = None,
         ttl: TTLConfig | None = None,
         types: Iterable[type] = (),
+        encryption: Encryption | None = None,
     ) -> None:
-        super().__init__(AsyncColosseumSaver(conn, types=types), index=index, ttl=ttl)
+        super().__init__(
+            AsyncColosseumSaver(conn, types=types, encryption=encryption), index=index, ttl=ttl
+        )
         self._sweeper: asyncio.Task | None = None
         self._pending: list[tuple[list[Op], asyncio.Future]] = []
         self._flushes: set[asyncio.Task] = set()

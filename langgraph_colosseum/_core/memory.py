@@ -19,6 +19,12 @@ Invariants, and who keeps them:
   (`VECTOR_PRUNE`), in the transaction that writes the value.
 * Values are typed jsonb (the saver's codec): plain JSON stays queryable, other
   types come back as the same types, unregistered classes are refused.
+* With the saver's `encryption=`, a value is stored sealed (a jsonb
+  ``{"$t": "aes256gcm", ...}``, see _core/crypt.py) bound to its namespace and
+  key; a value that is plaintext, moved, or altered is refused. A search
+  filter on values is then refused (`EncryptedFieldError`): the database
+  cannot compare sealed values. The index's texts (tsvector) and vectors stay
+  as they are: searching needs them.
 """
 
 from __future__ import annotations
@@ -47,14 +53,17 @@ from langgraph.store.base import (
 
 from langgraph_colosseum._core import memory_sql as sql
 from langgraph_colosseum._core.codec import TypeRegistry
+from langgraph_colosseum._core.crypt import Encryption, RowSealError, is_sealed_json
 from langgraph_colosseum._core.io import Operation, Query, Transaction
 from langgraph_colosseum._core.memory_filters import FilterCompiler
 from langgraph_colosseum._core.schema import ADVISORY_LOCK_KEY
 from langgraph_colosseum.errors import (
     CodecError,
+    EncryptedFieldError,
     PgvectorUnavailableError,
     SchemaVersionError,
     StoreError,
+    StoreItemSealError,
     StoreValueError,
 )
 
@@ -194,6 +203,11 @@ class VectorIndex:
         return out
 
 
+def item_aad(prefix: str, key: str) -> bytes:
+    """A Store item's associated data (encryption=): its namespace and key."""
+    return orjson.dumps(["s", prefix, key])
+
+
 def text_hash(text: str) -> str:
     return hashlib.blake2b(text.encode("utf-8", "surrogatepass"), digest_size=16).hexdigest()
 
@@ -226,9 +240,15 @@ class _Upsert(NamedTuple):
 class MemoryOps:
     """Every Store operation, as generators of requests (see io.py)."""
 
-    def __init__(self, registry: TypeRegistry, index: VectorIndex | None) -> None:
+    def __init__(
+        self,
+        registry: TypeRegistry,
+        index: VectorIndex | None,
+        encryption: Encryption | None = None,
+    ) -> None:
         self.registry = registry
         self.index = index
+        self.encryption = encryption
         self._iterative_scan: bool | None = None  # pgvector >= 0.8, learnt once
 
     # ------------------------------------------------------------ schema
@@ -381,13 +401,26 @@ class MemoryOps:
 
     def _decode(self, prefix: str, key: str, text: str) -> dict[str, Any]:
         try:
-            return self.registry.decode(orjson.loads(text))
+            data = orjson.loads(text)
+            if self.encryption is not None:
+                data = orjson.loads(self.encryption.open_json(data, item_aad(prefix, key)))
+            elif is_sealed_json(data):
+                raise RowSealError("the value is encrypted and this store has no encryption= keys")
+            return self.registry.decode(data)
+        except RowSealError as exc:
+            raise StoreItemSealError(namespace_of(prefix), key, exc) from None
         except CodecError as exc:
             raise StoreValueError(namespace_of(prefix), key, exc) from exc
 
     def _search_query(
         self, op: SearchOp | ColosseumSearchOp, query_vectors: dict[str, str]
     ) -> tuple[list[Query], Query]:
+        if op.filter and self.encryption is not None:
+            raise EncryptedFieldError(
+                f"cannot filter on {', '.join(map(repr, op.filter))}: with encryption= the "
+                "Store's values are stored encrypted; filter the items in Python, or search "
+                "by query (the index's texts and vectors are not encrypted)"
+            )
         where = FilterCompiler(self.registry)
         where.add(op.filter)
         conditions = [sql.ALIVE, where.sql()]
@@ -505,6 +538,11 @@ class MemoryOps:
                 encoded = orjson.dumps(self.registry.encode(value)).decode()
             except CodecError as exc:
                 raise StoreValueError(namespace, key, exc) from exc
+            if self.encryption is not None:
+                sealed = self.encryption.seal_json(
+                    encoded, item_aad(namespace_text(namespace), key)
+                )
+                encoded = orjson.dumps(sealed).decode()
             texts = None
             if self.index is not None and op.index is not False:
                 texts = self.index.texts(value, op.index)

@@ -107,6 +107,7 @@ def rekey(
         )
     done += yield from _registry(codec, batch_size, encrypt_plaintext)
     done += yield from _ledger(codec, batch_size, encrypt_plaintext)
+    done += yield from _store_items(encryption, batch_size, encrypt_plaintext)
     return done
 
 
@@ -310,3 +311,46 @@ def _reseal_ledger_row(
         sealed = encryption.seal("", output, data, type_, ledger.output_aad(key))
         new.update(output=None, output_bytes=sealed.data, output_type=sealed.type)
     return None if new == original else new
+
+
+def _store_items(
+    encryption: Encryption, batch_size: int, encrypt_plaintext: bool
+) -> Operation[int]:
+    """The Store's items (see _core/memory.py), when its tables exist."""
+    from langgraph_colosseum._core.memory import item_aad, namespace_of
+    from langgraph_colosseum.errors import StoreItemSealError
+
+    ((exists,),) = yield Query(sql.REKEY_HAS_STORE)
+    if not exists:
+        return 0
+    done = 0
+    after = ("", "")
+    while True:
+        rows = yield Query(
+            sql.REKEY_SELECT_STORE,
+            {"after_prefix": after[0], "after_key": after[1], "limit": batch_size},
+        )
+        updates = []
+        for prefix, key, text in rows:
+            data = orjson.loads(text)
+            aad = item_aad(prefix, key)
+            if is_sealed_json(data):
+                if data.get("k") == encryption.current:
+                    continue
+                try:
+                    plain = encryption.open_json(data, aad)
+                except RowSealError as exc:
+                    raise StoreItemSealError(namespace_of(prefix), key, exc) from None
+            elif encrypt_plaintext:
+                plain = text
+            else:
+                continue
+            new = orjson.dumps(encryption.seal_json(plain, aad)).decode()
+            params = {"prefix": prefix, "key": key, "new": new, "old": text}
+            updates.append(Query(sql.REKEY_UPDATE_STORE, params, fetch=False))
+        if updates:
+            yield Transaction(tuple(updates))
+            done += len(updates)
+        if len(rows) < batch_size:
+            return done
+        after = (rows[-1][0], rows[-1][1])

@@ -1124,3 +1124,14 @@ WHERE idempotency_key = %(key)s
   AND output_type IS NOT DISTINCT FROM %(old_output_type)s
   AND error IS NOT DISTINCT FROM %(old_error)s
 """
+# The Store's items (when the Store's tables exist), in key order.
+REKEY_HAS_STORE = "SELECT to_regclass('colosseum_store_items') IS NOT NULL"
+REKEY_SELECT_STORE = """
+SELECT prefix, key, value::text FROM colosseum_store_items
+WHERE (prefix, key) > (%(after_prefix)s, %(after_key)s)
+ORDER BY prefix, key LIMIT %(limit)s
+"""
+REKEY_UPDATE_STORE = """
+UPDATE colosseum_store_items SET value = %(new)s::jsonb
+WHERE prefix = %(prefix)s AND key = %(key)s AND value::text = %(old)s
+"""

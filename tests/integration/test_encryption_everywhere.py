@@ -329,3 +329,56 @@ def test_tool_ledger_is_sealed_and_replays(pg_url: str, mode: str) -> None:
         with pytest.raises(CorruptRowError, match="ledger-enc.*plaintext"):
             _ledger_call(saver)
         assert CALLS == []  # refused, never run again
+
+
+# ------------------------------------------------------------ the Store
+
+
+def test_store_items_are_sealed(pg_url: str, mode: str) -> None:
+    """Item values are ciphertext bound to their namespace and key; a moved,
+    altered or plaintext value is refused naming the item; a value filter is
+    refused (the database cannot compare sealed values)."""
+    from langgraph_colosseum import ColosseumStore
+    from langgraph_colosseum.errors import StoreItemSealError
+
+    with ColosseumStore.from_conn_string(pg_url, encryption=searchable()) as store:
+        store.setup()
+        with psycopg.connect(pg_url) as conn:
+            conn.execute("DELETE FROM colosseum_store_items")
+        store.put(("users", "u1"), "profile", {"name": SECRET, "n": 1})
+        store.put(("users", "u2"), "profile", {"name": "other", "n": 2})
+        assert store.get(("users", "u1"), "profile").value == {"name": SECRET, "n": 1}
+        assert [i.key for i in store.search(("users",))] == ["profile", "profile"]
+        with pytest.raises(EncryptedFieldError, match="'n'"):
+            store.search(("users",), filter={"n": 1})
+        with psycopg.connect(pg_url) as conn:
+            stored = repr(conn.execute("SELECT value FROM colosseum_store_items").fetchall())
+            assert SECRET not in stored and "aes256gcm" in stored
+            conn.execute(  # u1's value moved to u2
+                "UPDATE colosseum_store_items a SET value = b.value FROM colosseum_store_items b "
+                "WHERE a.prefix = 'users.u2' AND b.prefix = 'users.u1'"
+            )
+        with pytest.raises(StoreItemSealError, match="'profile'.*'users', 'u2'.*tag"):
+            store.get(("users", "u2"), "profile")
+        with psycopg.connect(pg_url) as conn:
+            conn.execute(
+                'UPDATE colosseum_store_items SET value = \'{"name": "forged"}\' '
+                "WHERE prefix = 'users.u1'"
+            )
+        with pytest.raises(StoreItemSealError, match="plaintext"):
+            store.get(("users", "u1"), "profile")
+    with ColosseumStore.from_conn_string(pg_url) as store:  # no keys: refused too
+        with psycopg.connect(pg_url) as conn:
+            conn.execute("DELETE FROM colosseum_store_items")
+        with ColosseumStore.from_conn_string(pg_url, encryption=searchable()) as sealed:
+            sealed.put(("users", "u3"), "profile", {"name": SECRET})
+        with pytest.raises(StoreItemSealError, match="no encryption= keys"):
+            store.get(("users", "u3"), "profile")
+        # A plaintext item is sealed by rekey(encrypt_plaintext=True), a k1 one moved to k2.
+        store.put(("users", "u4"), "profile", {"name": SECRET})
+    both = Encryption({"k2": KEY_2, "k1": KEY_1})
+    with ColosseumStore.from_conn_string(pg_url, encryption=both) as store:
+        assert store.saver.rekey(encrypt_plaintext=True, batch_size=1) == 2
+    with ColosseumStore.from_conn_string(pg_url, encryption=Encryption({"k2": KEY_2})) as store:
+        assert store.get(("users", "u3"), "profile").value == {"name": SECRET}
+        assert store.get(("users", "u4"), "profile").value == {"name": SECRET}
