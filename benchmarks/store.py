@@ -13,8 +13,11 @@ opened as its users open it: `X.from_conn_string(url, pool_config=..., index=...
 
 Workloads:
   kv      `--items` items of ~300 bytes in 20 namespaces: p50 of a single put,
-          a get of a random existing item, a filtered search (limit 10) of a
-          namespace; bytes per item (tables and indexes, after VACUUM).
+          a get of one of 200 existing items (read again and again), a filtered
+          search (limit 10) of a namespace; bytes per item (tables and indexes,
+          after VACUUM). Three cells take turns sample by sample: ours, ours
+          with hot items in Redis (COLOSSEUM_BENCH_REDIS_URL, else the local
+          Redis, under a prefix of this run's, flushed after), the reference.
   vector  `--vectors` items with `--dims`-dimension vectors from a seeded
           generator (noisy copies of 1,000 topic centres, unit length); the
           "embedding model" looks the vector up, so no model runs. recall@10 of
@@ -37,6 +40,7 @@ import random
 import statistics
 import sys
 import time
+import uuid
 from collections.abc import Callable, Iterator
 from contextlib import contextmanager
 from pathlib import Path
@@ -51,6 +55,10 @@ from langgraph_colosseum.memory import ColosseumStore
 
 RESULTS = Path(__file__).resolve().parent / "results"
 OURS, REF = "ColosseumStore", "PostgresStore"
+# Ours with hot items in Redis (the saver's cache, `redis_url=`).
+OURS_HOT = "ColosseumStore+Redis"
+REDIS_URL = os.environ.get("COLOSSEUM_BENCH_REDIS_URL", "redis://127.0.0.1:6379/0")
+CACHE_PREFIX = f"colosseum-bench-store-{uuid.uuid4().hex[:8]}:"
 OUR_TABLES = ("colosseum_store_items", "colosseum_store_vectors")
 REF_TABLES = ("store", "store_vectors")
 
@@ -75,10 +83,17 @@ def database() -> Iterator[str]:
 
 @contextmanager
 def open_store(name: str, url: str, index: dict | None = None) -> Iterator[Any]:
-    cls = ColosseumStore if name == OURS else PostgresStore
-    with cls.from_conn_string(url, pool_config={"max_size": 4}, index=index) as store:
+    cls = PostgresStore if name == REF else ColosseumStore
+    options: dict[str, Any] = {}
+    if name == OURS_HOT:
+        options = {"redis_url": REDIS_URL, "cache_prefix": CACHE_PREFIX}
+    with cls.from_conn_string(url, pool_config={"max_size": 4}, index=index, **options) as store:
         store.setup()
-        yield store
+        try:
+            yield store
+        finally:
+            if name == OURS_HOT:
+                store.saver.flush_cache()  # this run's keys, and nothing else
 
 
 def sql(url: str, statement: str, params: Any = None) -> list[tuple]:
@@ -125,36 +140,75 @@ def kv_value(rng: random.Random, i: int) -> dict:
 
 
 def run_kv(url: str, items: int, samples: int) -> dict:
-    out: dict[str, dict] = {}
-    for name in (OURS, REF):
-        truncate(url)
-        rng = random.Random(7)
-        out[name] = kv_cell(name, url, [kv_value(rng, i) for i in range(items)], samples)
+    """The three cells side by side, sample by sample (a load spike hits all
+    three alike): ours on Postgres, ours with hot items in Redis, the reference."""
+    truncate(url)
+    rng = random.Random(7)
+    values = [kv_value(rng, i) for i in range(items)]
+    names = (OURS, OURS_HOT, REF)
+    with (
+        open_store(OURS, url) as ours,
+        open_store(OURS_HOT, url) as hot,
+        open_store(REF, url) as ref,
+    ):
+        stores = dict(zip(names, (ours, hot, ref)))
+        for name in (OURS, REF):  # the hot cell reads our tables
+            ops = [PutOp(("bench", f"ns{i % 20}"), f"k{i}", v) for i, v in enumerate(values)]
+            for start in range(0, items, 500):
+                stores[name].batch(ops[start : start + 500])
+        prefix = {OURS: "puts", OURS_HOT: "hot-puts", REF: "puts"}
+        put = p50s(
+            stores,
+            lambda name, store, j: store.put(("bench", prefix[name]), f"p{j}", values[j % items]),
+            samples,
+        )
+        # The same items, read again and again, as memory lookups are (read
+        # once before timing, by every store alike).
+        for store in stores.values():
+            for k in range(200):
+                assert get_existing(store, k) is not None
+        get = p50s(
+            stores,
+            lambda _, store, j: get_existing(store, (j * 7919) % 200),
+            samples,
+        )
+        search = p50s(
+            stores,
+            lambda _, store, j: store.search(
+                ("bench", f"ns{j % 20}"), filter={"kind": "fact"}, limit=10
+            ),
+            samples,
+        )
+    ours_bytes = table_bytes(url, OUR_TABLES) / (items + 2 * samples)
+    out = {
+        name: {
+            "put_p50_ms": put[name],
+            "get_p50_ms": get[name],
+            "search_p50_ms": search[name],
+            "bytes_per_item": ours_bytes
+            if name != REF
+            else table_bytes(url, REF_TABLES) / (items + samples),
+        }
+        for name in names
+    }
+    for name in names:
         log(f"kv {name}: {out[name]}")
     return out
 
 
-def kv_cell(name: str, url: str, values: list[dict], samples: int) -> dict:
-    items = len(values)
-    with open_store(name, url) as store:
-        ops = [PutOp(("bench", f"ns{i % 20}"), f"k{i}", v) for i, v in enumerate(values)]
-        for start in range(0, items, 500):
-            store.batch(ops[start : start + 500])
-        put = p50_ms(lambda j: store.put(("bench", "puts"), f"p{j}", values[j % items]), samples)
-        get = p50_ms(
-            lambda j: store.get(("bench", f"ns{j % 20}"), f"k{(j * 7919) % items}"), samples
-        )
-        search = p50_ms(
-            lambda j: store.search(("bench", f"ns{j % 20}"), filter={"kind": "fact"}, limit=10),
-            samples,
-        )
-    tables = OUR_TABLES if name == OURS else REF_TABLES
-    return {
-        "put_p50_ms": put,
-        "get_p50_ms": get,
-        "search_p50_ms": search,
-        "bytes_per_item": table_bytes(url, tables) / (items + samples),
-    }
+def get_existing(store: Any, i: int) -> Any:
+    return store.get(("bench", f"ns{i % 20}"), f"k{i}")
+
+
+def p50s(stores: dict[str, Any], fn: Callable[[str, Any, int], Any], n: int) -> dict[str, float]:
+    """p50 (ms) of `fn` per store, the stores taking turns sample by sample."""
+    times: dict[str, list[float]] = {name: [] for name in stores}
+    for i in range(n):
+        for name, store in stores.items():
+            start = time.perf_counter()
+            fn(name, store, i)
+            times[name].append(time.perf_counter() - start)
+    return {name: statistics.median(t) * 1000 for name, t in times.items()}
 
 
 # ------------------------------------------------------------- vector
@@ -311,15 +365,20 @@ def report(results: dict, args: argparse.Namespace) -> str:
         "",
     ]
     if kv:
-        lines += ["| kv | ColosseumStore | PostgresStore | ratio |", "|---|---|---|---|"]
+        lines += [
+            f"| kv | {OURS} | {OURS_HOT} | {REF} | ratio | ratio +Redis |",
+            "|---|---|---|---|---|---|",
+        ]
         for field, label in (
             ("get_p50_ms", "get p50 (ms)"),
             ("put_p50_ms", "put p50 (ms)"),
             ("search_p50_ms", "filtered search p50 (ms)"),
             ("bytes_per_item", "bytes per item"),
         ):
-            a, b = kv[OURS][field], kv[REF][field]
-            lines.append(f"| {label} | {a:.3f} | {b:.3f} | {ratio(a, b)} |")
+            a, h, b = kv[OURS][field], kv[OURS_HOT][field], kv[REF][field]
+            lines.append(
+                f"| {label} | {a:.3f} | {h:.3f} | {b:.3f} | {ratio(a, b)} | {ratio(h, b)} |"
+            )
         lines.append("")
     if vec:
         lines += ["| vector | ColosseumStore | PostgresStore | ratio |", "|---|---|---|---|"]

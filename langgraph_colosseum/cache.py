@@ -28,12 +28,14 @@ from typing import Any, NamedTuple
 import redis
 import redis.asyncio
 import redis.asyncio.cluster
+import redis.cluster
 from redis.asyncio.retry import Retry as AsyncRetry
 from redis.backoff import NoBackoff
 from redis.exceptions import NoScriptError, RedisClusterException
 from redis.retry import Retry
 
-from langgraph_colosseum._core.hot import SCRIPTS
+from langgraph_colosseum._core.hot import SCRIPTS as HEAD_SCRIPTS
+from langgraph_colosseum._core.hot_items import ITEM_SCRIPTS
 from langgraph_colosseum._core.io import CACHE_UNAVAILABLE, CacheCall, CacheDrop
 
 logger = logging.getLogger("langgraph_colosseum")
@@ -45,6 +47,10 @@ SOCKET_TIMEOUT = 0.5
 # Threads remembered during an outage, to drop on recovery. The cap bounds this
 # process's memory; past it, each thread not remembered is logged as an error.
 MAX_REMEMBERED = 100_000
+# Every script a cache runs: the checkpointer's heads and the Store's items.
+SCRIPTS = {**HEAD_SCRIPTS, **ITEM_SCRIPTS}
+# Keys deleted per DEL command (a Store batch drops one key per item it wrote).
+DELETE_CHUNK = 512
 
 
 def client_options() -> dict[str, Any]:
@@ -186,8 +192,7 @@ class RedisCache:
         if deletions is None:
             return CACHE_UNAVAILABLE
         try:
-            for key in deletions:
-                self.client.delete(key)  # one key per call: Cluster-safe
+            self._delete(deletions)
             result = None if isinstance(request, CacheDrop) else self._script(request)
         except Exception as exc:  # RedisClusterException is no RedisError: catch all
             if is_redis_failure(exc):
@@ -207,6 +212,14 @@ class RedisCache:
 
     def _script(self, call: CacheCall) -> Any:
         return self.scripts[call.script](keys=[call.key], args=call.args)
+
+    def _delete(self, keys: list[str]) -> None:
+        if isinstance(self.client, redis.cluster.RedisCluster):
+            for key in keys:
+                self.client.delete(key)  # one key per call: Cluster-safe
+            return
+        for start in range(0, len(keys), DELETE_CHUNK):
+            self.client.delete(*keys[start : start + DELETE_CHUNK])
 
 
 class AsyncRedisCache:

@@ -60,13 +60,17 @@ class _StoreBase(BaseStore):
 
     supports_ttl = True
 
-    def __init__(self, driver: Any, *, index: dict | None, ttl: TTLConfig | None) -> None:
+    def __init__(
+        self, driver: Any, *, index: dict | None, ttl: TTLConfig | None, hot_items: bool = True
+    ) -> None:
         self._driver = driver
         self.index_config = dict(index) if index else None
         self._index = VectorIndex.from_config(self.index_config) if self.index_config else None
         self.embeddings = self._index.embeddings if self._index else None
         self.ttl_config = ttl
-        self._ops = MemoryOps(driver.types, self._index, driver.encryption)
+        # Hot items ride on the saver's Redis cache, when it has one.
+        heads = driver._store if hot_items and driver.cache is not None else None
+        self._ops = MemoryOps(driver.types, self._index, driver.encryption, heads)
 
     @property
     def saver(self) -> Any:
@@ -153,18 +157,32 @@ class ColosseumStore(_StoreBase):
         ttl: TTLConfig | None = None,
         types: Iterable[type] = (),
         encryption: Encryption | None = None,
+        cache: Any = None,
+        hot_items: bool = True,
+        **saver_options: Any,
     ) -> None:
-        super().__init__(
-            ColosseumSaver(conn, types=types, encryption=encryption), index=index, ttl=ttl
+        """`cache`: a `redis.Redis` (or RedisCluster) for the saver's hot heads and
+        the Store's hot items (`hot_items=False`: heads only); `saver_options`:
+        the saver's (`hot_ttl`, `cache_prefix`, ...)."""
+        saver = ColosseumSaver(
+            conn, types=types, encryption=encryption, cache=cache, **saver_options
         )
+        super().__init__(saver, index=index, ttl=ttl, hot_items=hot_items)
         self._sweeper: threading.Thread | None = None
         self._sweeper_stop = threading.Event()
 
     @classmethod
     def from_saver(
-        cls, saver: ColosseumSaver, *, index: dict | None = None, ttl: TTLConfig | None = None
+        cls,
+        saver: ColosseumSaver,
+        *,
+        index: dict | None = None,
+        ttl: TTLConfig | None = None,
+        hot_items: bool = True,
     ) -> ColosseumStore:
-        """A store on `saver`'s connection or pool (and its type registry).
+        """A store on `saver`'s connection or pool (and its type registry). With
+        a Redis cache on the saver, `get` serves hot items from it too (the
+        same client; `hot_items=False` turns that off).
 
         Example:
             >>> with ColosseumSaver.from_conn_string(dsn) as saver:
@@ -172,7 +190,7 @@ class ColosseumStore(_StoreBase):
             ...     graph = builder.compile(checkpointer=saver, store=store)
         """
         store = cls.__new__(cls)
-        _StoreBase.__init__(store, saver, index=index, ttl=ttl)
+        _StoreBase.__init__(store, saver, index=index, ttl=ttl, hot_items=hot_items)
         store._sweeper = None
         store._sweeper_stop = threading.Event()
         return store
@@ -188,17 +206,20 @@ class ColosseumStore(_StoreBase):
         pool_size: int | None = None,
         pool_config: dict | None = None,
         pipeline: bool = False,
+        hot_items: bool = True,
         **saver_options: Any,
     ) -> Iterator[ColosseumStore]:
         """A store on its own pool, closed on exit; `store.saver` is a checkpointer on it.
 
+        `redis_url=` (a saver option) adds the Redis cache: the saver's hot heads
+        and the Store's hot items (`hot_items=False`: heads only).
         `pool_config`'s `max_size` (PostgresStore's spelling) sets the pool size;
         `pipeline` is accepted for PostgresStore compatibility: a batch is always
         pipelined in one round trip.
         """
         size = pool_size or (pool_config or {}).get("max_size")
         with ColosseumSaver.from_conn_string(conn_string, pool_size=size, **saver_options) as saver:
-            yield cls.from_saver(saver, index=index, ttl=ttl)
+            yield cls.from_saver(saver, index=index, ttl=ttl, hot_items=hot_items)
 
     @classmethod
     @contextmanager
@@ -301,10 +322,15 @@ class AsyncColosseumStore(_StoreBase):
         ttl: TTLConfig | None = None,
         types: Iterable[type] = (),
         encryption: Encryption | None = None,
+        cache: Any = None,
+        hot_items: bool = True,
+        **saver_options: Any,
     ) -> None:
-        super().__init__(
-            AsyncColosseumSaver(conn, types=types, encryption=encryption), index=index, ttl=ttl
+        """`cache`: a `redis.asyncio.Redis` (see `ColosseumStore`)."""
+        saver = AsyncColosseumSaver(
+            conn, types=types, encryption=encryption, cache=cache, **saver_options
         )
+        super().__init__(saver, index=index, ttl=ttl, hot_items=hot_items)
         self._sweeper: asyncio.Task | None = None
         self._pending: list[tuple[list[Op], asyncio.Future]] = []
         self._flushes: set[asyncio.Task] = set()
@@ -316,10 +342,11 @@ class AsyncColosseumStore(_StoreBase):
         *,
         index: dict | None = None,
         ttl: TTLConfig | None = None,
+        hot_items: bool = True,
     ) -> AsyncColosseumStore:
         """A store on `saver`'s connection or pool (see `ColosseumStore.from_saver`)."""
         store = cls.__new__(cls)
-        _StoreBase.__init__(store, saver, index=index, ttl=ttl)
+        _StoreBase.__init__(store, saver, index=index, ttl=ttl, hot_items=hot_items)
         store._sweeper = None
         store._pending = []
         store._flushes = set()
@@ -336,6 +363,7 @@ class AsyncColosseumStore(_StoreBase):
         pool_size: int | None = None,
         pool_config: dict | None = None,
         pipeline: bool = False,
+        hot_items: bool = True,
         **saver_options: Any,
     ) -> AsyncIterator[AsyncColosseumStore]:
         """A store on its own pool, closed on exit (see `ColosseumStore.from_conn_string`)."""
@@ -343,7 +371,7 @@ class AsyncColosseumStore(_StoreBase):
         async with AsyncColosseumSaver.from_conn_string(
             conn_string, pool_size=size, **saver_options
         ) as saver:
-            yield cls.from_saver(saver, index=index, ttl=ttl)
+            yield cls.from_saver(saver, index=index, ttl=ttl, hot_items=hot_items)
 
     @classmethod
     @asynccontextmanager

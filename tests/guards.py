@@ -38,6 +38,7 @@ from pathlib import Path
 ROOT = Path(__file__).resolve().parents[1]
 GUARD_TESTS = "tests/integration/test_guards.py"
 HOT_TRUTH = "tests/integration/test_hot_truth.py"
+STORE_HOT = "tests/integration/test_store_hot.py"
 
 
 @dataclass(frozen=True)
@@ -305,6 +306,45 @@ GUARDS: list[Guard] = [
         tests=(
             "tests/integration/test_fencing.py::test_status_follows_runs_after_a_dead_holder[postgres]",
         ),
+    ),
+    Guard(
+        name="store hot items: a refill compares the mutation counter",
+        file="langgraph_colosseum/_core/hot_items.py",
+        original="if redis.call('HGET', key, 'seq') ~= ARGV[1] then return 0 end",
+        mutant="-- (guard removed)",
+        tests=(
+            f"{STORE_HOT}::test_a_write_from_another_process_between_a_miss_and_its_refill_wins",
+        ),
+    ),
+    Guard(
+        name="store hot items: every write drops the copies of the items it wrote",
+        file="langgraph_colosseum/_core/memory.py",
+        original="yield from self.heads.after_commit(incarnation, stale, lambda: hot.keys(written))",
+        mutant="pass",
+        tests=(f"{STORE_HOT}::test_a_hot_item_written_by_another_process_is_read_fresh",),
+    ),
+    Guard(
+        name="store hot items: a drop Redis refused is recorded for any writer to apply",
+        file="langgraph_colosseum/_core/store.py",
+        original="yield from self._record_stale(keys, keys)",
+        mutant="pass",
+        tests=(
+            f"{STORE_HOT}::test_a_drop_redis_refused_is_recorded_and_applied_by_the_next_write",
+        ),
+    ),
+    Guard(
+        name="store hot items: a copy of a TTL item ends no later than the item",
+        file="langgraph_colosseum/_core/hot_items.py",
+        original="life = min(life, int(remaining_ms))",
+        mutant="life = life",
+        tests=(f"{STORE_HOT}::test_a_ttl_item_lives_in_redis_no_longer_than_in_postgres",),
+    ),
+    Guard(
+        name="store hot items: a get that refreshes a TTL item goes to Postgres",
+        file="langgraph_colosseum/_core/memory.py",
+        original="if seen.hit and not (seen.has_ttl and op.refresh_ttl):",
+        mutant="if seen.hit:",
+        tests=(f"{STORE_HOT}::test_a_ttl_item_lives_in_redis_no_longer_than_in_postgres",),
     ),
 ]
 

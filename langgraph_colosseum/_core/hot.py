@@ -66,6 +66,16 @@ def write_field(task_id: str, idx: int) -> str:
 # How long the hash of a thread with no checkpoint lives (see REFILL).
 NO_THREAD_TTL_MS = 5000
 
+# A fresh mutation counter, from the server clock in microseconds x 1000: a
+# recreated counter never meets a value an older reader noted (writes add 1).
+# Shared with the Store's hot items (hot_items.py).
+CLOCK_SEQ = r"""
+local function clock_seq()
+    local t = redis.call('TIME')
+    return t[1] .. string.format('%06d', tonumber(t[2])) .. '000'
+end
+"""
+
 _COMMON = (
     f"local NO_THREAD_TTL_MS = {NO_THREAD_TTL_MS}\n"
     + r"""
@@ -218,11 +228,8 @@ local function await_slots(slots)
     end
 end
 
-local function clock_seq()
-    local t = redis.call('TIME')
-    return t[1] .. string.format('%06d', tonumber(t[2])) .. '000'
-end
 """
+    + CLOCK_SEQ
 )
 
 # ARGV: ttl, ns, checkpoint id wanted ("" = the latest), then channel, version
@@ -505,11 +512,21 @@ class HotHead:
         assert self.incarnation is not None, "bind() the database incarnation first"
         return f"{self.prefix}{self._tag}:{{{thread_id}}}"
 
+    def item_key(self, prefix: str, key: str) -> str:
+        """The Redis key of a Store item (see hot_items.py), beside the thread keys.
+
+        ``item:`` stands where a thread key has its ``{``, so the two never meet;
+        the namespace's length makes namespace and key unambiguous.
+        """
+        assert self.incarnation is not None, "bind() the database incarnation first"
+        return f"{self.prefix}{self._tag}:item:{{{len(prefix)}:{prefix}:{key}}}"
+
     def key_pattern(self) -> str:
-        """A SCAN pattern matching every key of this incarnation (and nothing else)."""
+        """A SCAN pattern matching every key of this incarnation, threads' and
+        Store items' (and nothing else)."""
         assert self.incarnation is not None, "bind() the database incarnation first"
         escaped = "".join("\\" + c if c in "*?[]\\" else c for c in self.prefix)
-        return f"{escaped}{self._tag}:{{*}}"
+        return f"{escaped}{self._tag}:*"
 
     # Sealing: MAC || payload, the MAC over the places the payload claims.
 
@@ -524,6 +541,14 @@ class HotHead:
 
     def _seal(self, payload: bytes, *place: str | None) -> bytes:
         return self._mac(payload, *place) + payload
+
+    def seal(self, payload: bytes, *place: str | None) -> bytes:
+        """`payload` behind a MAC of this incarnation over the places it claims."""
+        return self._seal(payload, *place)
+
+    def unseal(self, sealed: bytes, *place: str | None) -> Any:
+        """The unpacked payload; CorruptHeadError when the MAC does not match `place`."""
+        return self._open(sealed, *place)
 
     def _open(self, sealed: bytes, *place: str | None) -> Any:
         payload = sealed[MAC_BYTES:]

@@ -17,6 +17,9 @@ Invariants, and who keeps them:
 * A vector row describes the item's current text, or is missing: a put drops
   every vector of the item whose text digest is not the one it embeds or keeps
   (`VECTOR_PRUNE`), in the transaction that writes the value.
+* With hot items (a Redis cache on the saver), a `get` is served from Redis
+  only while the copy provably equals Postgres (hot_items.py): every write
+  drops the copies of the items it wrote, after its commit.
 * Values are typed jsonb (the saver's codec): plain JSON stays queryable, other
   types come back as the same types, unregistered classes are refused.
 * With the saver's `encryption=`, a value is stored sealed (a jsonb
@@ -31,6 +34,7 @@ from __future__ import annotations
 
 import hashlib
 import json
+import logging
 from collections.abc import Iterable, Sequence
 from dataclasses import dataclass, field
 from typing import Any, Literal, NamedTuple
@@ -54,9 +58,12 @@ from langgraph.store.base import (
 from langgraph_colosseum._core import memory_sql as sql
 from langgraph_colosseum._core.codec import TypeRegistry
 from langgraph_colosseum._core.crypt import Encryption, RowSealError, is_sealed_json
-from langgraph_colosseum._core.io import Operation, Query, Transaction
+from langgraph_colosseum._core.hot import CorruptHeadError
+from langgraph_colosseum._core.hot_items import MAX_HOT_GETS, HotItems, HotRead
+from langgraph_colosseum._core.io import CACHE_UNAVAILABLE, CacheDrop, Operation, Query, Transaction
 from langgraph_colosseum._core.memory_filters import FilterCompiler
 from langgraph_colosseum._core.schema import ADVISORY_LOCK_KEY
+from langgraph_colosseum._core.store import CheckpointStore
 from langgraph_colosseum.errors import (
     CodecError,
     EncryptedFieldError,
@@ -66,6 +73,8 @@ from langgraph_colosseum.errors import (
     StoreItemSealError,
     StoreValueError,
 )
+
+logger = logging.getLogger("langgraph_colosseum")
 
 SearchMode = Literal["vector", "hybrid", "text"]
 Distance = Literal["cosine", "inner_product", "l2"]
@@ -245,16 +254,27 @@ class MemoryOps:
         registry: TypeRegistry,
         index: VectorIndex | None,
         encryption: Encryption | None = None,
+        heads: CheckpointStore | None = None,
     ) -> None:
+        """`heads`: the saver's checkpoint store, when its Redis cache also keeps
+        hot items (its incarnation binding and stale-head record are shared)."""
         self.registry = registry
         self.index = index
         self.encryption = encryption
         self._iterative_scan: bool | None = None  # pgvector >= 0.8, learnt once
+        self.heads = heads if heads is not None and heads.hot is not None else None
+        self.hot = HotItems(self.heads.hot) if self.heads is not None else None  # type: ignore[arg-type]
 
     # ------------------------------------------------------------ schema
 
     def migrate(self) -> Operation[int]:
-        """Create or upgrade the Store's tables (and, with an index, pgvector's)."""
+        """Create or upgrade the Store's tables (and, with an index, pgvector's).
+
+        With hot items, the checkpointer's schema too: the incarnation token and
+        the stale-head record live there.
+        """
+        if self.heads is not None:
+            yield from self.heads.migrate()
         if self.index is not None:
             installed, available = (yield Query(sql.PGVECTOR))[0]
             if installed is None and not available:
@@ -331,13 +351,16 @@ class MemoryOps:
         # before any embedding is paid for. Then the embeddings the batch needs,
         # before its transaction.
         upserts, deletes = self._plan_puts([op for op in ops if isinstance(op, PutOp)])
+        gets = [(i, op) for i, op in enumerate(ops) if isinstance(op, GetOp)]
+        refills: list[tuple[GetOp, HotRead]] = []
+        if self.hot is not None and 0 < len(gets) <= MAX_HOT_GETS:
+            gets, refills = yield from self._hot_gets(gets, results)
         query_vectors = yield from self._embed_queries(ops)
         vector_writes = yield from self._plan_vectors(upserts)
 
         # One transaction: reads first (they see the store before the writes).
         queries: list[Query] = []
         readers: list[tuple[int | list[int], Any]] = []
-        gets = [(i, op) for i, op in enumerate(ops) if isinstance(op, GetOp)]
         if gets:
             queries.append(self._get_query([op for _, op in gets]))
             readers.append(([i for i, _ in gets], self._read_gets))
@@ -351,7 +374,12 @@ class MemoryOps:
             elif isinstance(op, ListNamespacesOp):
                 queries.append(self._list_query(op))
                 readers.append((i, self._read_namespaces))
-        queries += self._write_queries(upserts, deletes, vector_writes)
+        writes = self._write_queries(upserts, deletes, vector_writes)
+        if writes and self.hot is not None:
+            # The last write returns the truth: a lone put stays one statement.
+            last = writes[-1]
+            writes[-1] = last._replace(sql=sql.WITH_WRITE_TRUTH.format(write=last.sql), fetch=True)
+        queries += writes
         if not queries:
             return results
         if len(queries) == 1:
@@ -367,7 +395,75 @@ class MemoryOps:
                     results[i] = item
             else:
                 results[target] = reader(rows, ops[target])
+        written = [(namespace_text(u.namespace), u.key) for u in upserts] + deletes
+        if self.heads is not None and writes:
+            ((incarnation, stale),) = rows_per_query[-1]
+            hot = self.hot
+            assert hot is not None
+            yield from self.heads.after_commit(incarnation, stale, lambda: hot.keys(written))
+        # An item this batch wrote was just dropped: its refill would be refused.
+        dropped = set(written)
+        refills = [r for r in refills if (namespace_text(r[0].namespace), r[0].key) not in dropped]
+        if refills:
+            yield from self._refill(refills, rows_per_query[0])
         return results
+
+    # ------------------------------------------------------------- hot items
+
+    def _hot_gets(
+        self, gets: list[tuple[int, GetOp]], results: list[Result]
+    ) -> Operation[tuple[list[tuple[int, GetOp]], list[tuple[GetOp, HotRead]]]]:
+        """Serve what Redis holds into `results`; (gets for Postgres, their refills).
+
+        A hit of an item with a TTL is not served to a get that refreshes it:
+        Postgres must push the expiry back.
+        """
+        assert self.heads is not None and self.hot is not None
+        yield from self.heads.bound_incarnation()
+        misses: list[tuple[int, GetOp]] = []
+        refills: list[tuple[GetOp, HotRead]] = []
+        for i, op in gets:
+            prefix = namespace_text(op.namespace)
+            call = self.hot.read(prefix, op.key)
+            reply = yield call
+            if reply is CACHE_UNAVAILABLE:
+                misses.append((i, op))
+                continue
+            try:
+                seen = self.hot.parse_read(prefix, op.key, reply)
+            except CorruptHeadError as exc:
+                logger.warning(
+                    "dropped the hot copy of store item %r in %r from Redis and read "
+                    "Postgres: %s", op.key, op.namespace, exc,
+                )  # fmt: skip
+                yield CacheDrop((call.key,))
+                misses.append((i, op))
+                continue
+            if seen.hit and not (seen.has_ttl and op.refresh_ttl):
+                try:
+                    results[i] = self._item(seen.row) if seen.row is not None else None
+                    continue
+                except StoreItemSealError:
+                    # Sealed under a key since retired (rekey rewrote the row
+                    # in Postgres): the row there opens.
+                    yield CacheDrop((call.key,))
+                    misses.append((i, op))
+                    continue
+            misses.append((i, op))
+            refills.append((op, seen))
+        return misses, refills
+
+    def _refill(self, refills: list[tuple[GetOp, HotRead]], rows: list[tuple]) -> Operation[None]:
+        """Put back what the batch's GET returned for the items Redis missed."""
+        assert self.hot is not None
+        found = {(row[0], row[1]): row for row in rows}
+        for op, seen in refills:
+            prefix = namespace_text(op.namespace)
+            row = found.get((prefix, op.key))
+            remaining = row[5] if row is not None else None
+            call = self.hot.refill(prefix, op.key, seen, row, remaining)
+            if call is not None:
+                yield call
 
     # ------------------------------------------------------------- reads
 

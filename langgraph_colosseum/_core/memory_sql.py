@@ -17,6 +17,8 @@ dimensions and vector type (validated there; nothing else is formatted in).
 
 from __future__ import annotations
 
+from langgraph_colosseum._core.sql import INCARNATION, STALE_HEADS
+
 SCHEMA_TABLE = "colosseum_store_schema"
 
 CREATE_SCHEMA_TABLE = f"""
@@ -98,8 +100,12 @@ IN_NAMESPACE = "(i.prefix = %(ns)s OR (i.prefix > %(ns_lo)s AND i.prefix < %(ns_
 
 # ------------------------------------------------------------------- reads
 
+# An item's lifetime left, as this statement's now() counts it (NULL: no TTL):
+# how long a hot copy of it may live in Redis (hot_items.py).
+REMAINING_MS = "extract(epoch FROM i.expires_at - now())::float8 * 1000 AS remaining_ms"
+
 GET = f"""
-SELECT i.prefix, i.key, i.value::text, i.created_at, i.updated_at
+SELECT i.prefix, i.key, i.value::text, i.created_at, i.updated_at, {REMAINING_MS}
 FROM unnest(%(prefixes)s::text[], %(keys)s::text[]) AS w(prefix, key)
 JOIN colosseum_store_items i ON i.prefix = w.prefix AND i.key = w.key
 WHERE {ALIVE}
@@ -119,7 +125,7 @@ WITH wanted AS (
      WHERE i.prefix = w.prefix AND i.key = w.key AND w.refresh
        AND i.ttl_minutes IS NOT NULL AND i.expires_at > now()
 )
-SELECT i.prefix, i.key, i.value::text, i.created_at, i.updated_at
+SELECT i.prefix, i.key, i.value::text, i.created_at, i.updated_at, {REMAINING_MS}
 FROM wanted w
 JOIN colosseum_store_items i ON i.prefix = w.prefix AND i.key = w.key
 WHERE {ALIVE}
@@ -255,6 +261,14 @@ ON CONFLICT (prefix, key) DO UPDATE
        ttl_minutes = EXCLUDED.ttl_minutes,
        text_search = EXCLUDED.text_search
 """
+
+# With hot items: in every write's transaction, so that after its commit the
+# writer drops the items' Redis copies under the right incarnation, and drops
+# a page of the copies other writers could not (see store.py, the hot head's truth).
+# {write} runs as a data-modifying CTE (always executed, referenced or not).
+WITH_WRITE_TRUTH = (
+    f"WITH written AS ({{write}}) SELECT {INCARNATION} AS incarnation, {STALE_HEADS} AS stale_heads"
+)
 
 DELETE = """
 DELETE FROM colosseum_store_items i

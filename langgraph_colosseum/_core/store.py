@@ -10,7 +10,7 @@ import copy
 import logging
 import math
 import random
-from collections.abc import Mapping, Sequence
+from collections.abc import Callable, Mapping, Sequence
 from datetime import timedelta
 from typing import Any
 
@@ -1234,6 +1234,33 @@ class CheckpointStore:
         ((stale,),) = yield Query(sql.LIST_STALE_HEADS)
         yield from self._drop_stale(stale)
         return len(stale)
+
+    # The same truth for the Store's hot items (memory.py), on this store's
+    # binding: Redis keys other than threads', dropped after a commit.
+
+    def bound_incarnation(self) -> Operation[None]:
+        """Learn the incarnation once, before the first key is made."""
+        assert self.hot is not None
+        if self.hot.incarnation is None:
+            yield from self._learn_incarnation(None)
+
+    def after_commit(
+        self,
+        incarnation: str | None,
+        stale: list[list[str]],
+        make_keys: Callable[[], Sequence[str]],
+    ) -> Operation[None]:
+        """After a Store write committed (its statement returned `incarnation` and
+        a page of `stale` heads): drop the keys `make_keys` gives once bound to
+        that incarnation; a drop Redis refused is recorded stale (each key its
+        own name)."""
+        assert self.hot is not None
+        yield from self._check_incarnation(incarnation)
+        keys = make_keys()
+        if (yield CacheDrop(tuple(keys))) is CACHE_UNAVAILABLE:
+            yield from self._record_stale(keys, keys)
+            return
+        yield from self._drop_stale(stale)  # Redis is back: what others could not drop
 
     def _compact(self, kept: list[tuple]) -> Operation[list[Query]]:
         """Statements rewriting the kept checkpoints' delta rows as full rows.
