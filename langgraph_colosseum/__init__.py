@@ -18,6 +18,10 @@ from langgraph_colosseum.errors import (
     InvalidConfigError,
     LeaseLostError,
     LedgerMissingError,
+    RunInterruptedError,
+    RunNotFoundError,
+    RunQueueTimeoutError,
+    RunRolledBackError,
     SchemaError,
     SchemaMissingError,
     SchemaVersionError,
@@ -31,6 +35,7 @@ from langgraph_colosseum.errors import (
     ValueNotStorableError,
 )
 from langgraph_colosseum.memory import AsyncColosseumStore, ColosseumStore
+from langgraph_colosseum.runs import RunInfo
 from langgraph_colosseum.saver import ColosseumSaver
 from langgraph_colosseum.threads import AuditEntry, ThreadInfo
 from langgraph_colosseum.tools import IdempotentToolNode, current_idempotency_key
@@ -53,6 +58,11 @@ __all__ = [
     "LeaseLostError",
     "LedgerMissingError",
     "Retention",
+    "RunInfo",
+    "RunInterruptedError",
+    "RunNotFoundError",
+    "RunQueueTimeoutError",
+    "RunRolledBackError",
     "SchemaError",
     "SchemaMissingError",
     "SchemaVersionError",

@@ -44,6 +44,7 @@ from langgraph_colosseum._core.store import DEFAULT_PAGE_SIZE, CheckpointStore, 
 from langgraph_colosseum._core.threads import Retention
 from langgraph_colosseum._core.values import ValueCodec
 from langgraph_colosseum.errors import InvalidConfigError
+from langgraph_colosseum.runs import Runs
 from langgraph_colosseum.threads import DEFAULT_LEASE, OnBusy
 
 if TYPE_CHECKING:
@@ -258,6 +259,17 @@ class ColosseumSaverBase(BaseCheckpointSaver[str], abc.ABC, Generic[ThreadsT]):
     def threads(self) -> ThreadsT:
         """The thread registry: get, search, update, delete, messages (audit trail)."""
         return self._threads_api(self)
+
+    @property
+    def runs(self) -> Runs:
+        """Runs with a multitask strategy (double texting), and their records.
+
+        Example:
+            >>> runs = saver.runs(graph, multitask_strategy="interrupt")
+            >>> runs.invoke(inputs, {"configurable": {"thread_id": "t1"}})
+            >>> saver.runs.list("t1")
+        """
+        return Runs(self)
 
     def run_guard(
         self, thread_id: str, *, on_busy: OnBusy = "reject", lease: timedelta = DEFAULT_LEASE

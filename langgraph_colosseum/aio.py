@@ -17,7 +17,7 @@ from langgraph_colosseum._core import io
 from langgraph_colosseum._core import threads as threads_ops
 from langgraph_colosseum._core.crypt import Encryption
 from langgraph_colosseum._core.hot import DEFAULT_HOT_TTL, KEY_PREFIX
-from langgraph_colosseum._core.io import CacheCall, CacheDrop, Operation, Request
+from langgraph_colosseum._core.io import AwaitNotify, CacheCall, CacheDrop, Operation, Request
 from langgraph_colosseum._core.shapes import DEFAULT_SNAPSHOT_EVERY
 from langgraph_colosseum._core.store import DEFAULT_PAGE_SIZE
 from langgraph_colosseum._core.threads import Retention
@@ -33,6 +33,7 @@ from langgraph_colosseum._driver import (
     logger,
     never_connected,
 )
+from langgraph_colosseum._notify import aawait_notify
 from langgraph_colosseum._pool import PoolSettings, pool_arguments, require_transaction_mode_safe
 from langgraph_colosseum.cache import AsyncRedisCache, async_client_from_url
 from langgraph_colosseum.embedded import servers
@@ -87,6 +88,7 @@ class AsyncColosseumSaver(ColosseumSaverBase[AsyncThreads]):
         )
         if pgbouncer:
             require_transaction_mode_safe(conn)
+        self._pgbouncer = pgbouncer  # waiters poll: no LISTEN through PgBouncer
         self.conn = conn
         # Set once a connection was had: only then is a failure to get one an
         # outage worth retrying, rather than a wrong URL to report.
@@ -184,6 +186,8 @@ class AsyncColosseumSaver(ColosseumSaverBase[AsyncThreads]):
         if isinstance(request, (CacheCall, CacheDrop)):
             assert self.cache is not None
             return await self.cache.perform(request)
+        if isinstance(request, AwaitNotify):
+            return await aawait_notify(self, request)
         broken = conflicts = 0
         while True:
             conn = None

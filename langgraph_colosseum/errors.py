@@ -326,3 +326,58 @@ class CheckpointDeletedError(ColosseumError):
             "sweep) while this run was in flight. Nothing was written. Start a new run: on "
             "the same thread_id it begins a fresh thread."
         )
+
+
+class RunInterruptedError(ColosseumError):
+    """A run of `saver.runs(graph)` was stopped before it finished.
+
+    Another run took the thread with `multitask_strategy="interrupt"` (or
+    `"rollback"`), or `saver.runs.cancel(...)` stopped it. Its steps stored
+    before the stop are kept (for "rollback": deleted); whatever it did after
+    was refused. It did not succeed: read the thread again before retrying.
+    """
+
+    def __init__(self, thread_id: str, run_id: str, *, status: str, by: str | None) -> None:
+        self.thread_id = thread_id
+        self.run_id = run_id
+        self.status = status
+        self.stopped_by = by
+        who = f" by run {by!r}" if by and by != "cancel" else " by saver.runs.cancel" if by else ""
+        kept = {
+            "rolled_back": "everything it wrote was deleted (rollback)",
+            "interrupted": "its steps stored before the stop are kept; later ones were refused",
+        }.get(status, "its lease lapsed and another run took the thread; later writes were refused")
+        super().__init__(
+            f"run {run_id!r} on thread {thread_id!r} was stopped ({status}){who}: {kept}. "
+            "It did not succeed. Read the thread's state again before sending anything."
+        )
+
+
+class RunRolledBackError(RunInterruptedError):
+    """The run was stopped by `multitask_strategy="rollback"`: nothing of it remains."""
+
+
+class RunQueueTimeoutError(ThreadBusyError):
+    """An `enqueue`d run waited longer than its `queue_timeout` for the thread.
+
+    It never ran and wrote nothing; its record is marked `error`.
+    """
+
+    def __init__(self, thread_id: str, run_id: str, seconds: float) -> None:
+        self.run_id = run_id
+        super().__init__(
+            thread_id,
+            f" and run {run_id!r} waited {seconds:g} s in its queue without getting it "
+            "(multitask_strategy='enqueue'); nothing was run or written",
+        )
+
+
+class RunNotFoundError(ColosseumError, LookupError):
+    """No run with this id is recorded (`saver.runs.get/join/cancel`)."""
+
+    def __init__(self, run_id: str) -> None:
+        self.run_id = run_id
+        super().__init__(
+            f"no run {run_id!r} is recorded: runs are recorded by saver.runs(graph); "
+            "list a thread's runs with saver.runs.list(thread_id)"
+        )

@@ -21,7 +21,7 @@ from langgraph_colosseum._core import io
 from langgraph_colosseum._core import threads as threads_ops
 from langgraph_colosseum._core.crypt import Encryption
 from langgraph_colosseum._core.hot import DEFAULT_HOT_TTL, KEY_PREFIX
-from langgraph_colosseum._core.io import CacheCall, CacheDrop, Operation, Request
+from langgraph_colosseum._core.io import AwaitNotify, CacheCall, CacheDrop, Operation, Request
 from langgraph_colosseum._core.shapes import DEFAULT_SNAPSHOT_EVERY
 from langgraph_colosseum._core.store import DEFAULT_PAGE_SIZE
 from langgraph_colosseum._core.threads import Retention
@@ -37,6 +37,7 @@ from langgraph_colosseum._driver import (
     perform,
     probe,
 )
+from langgraph_colosseum._notify import await_notify
 from langgraph_colosseum._pool import PoolSettings, pool_arguments, require_transaction_mode_safe
 from langgraph_colosseum.cache import RedisCache, client_from_url
 from langgraph_colosseum.embedded import servers
@@ -88,6 +89,7 @@ class ColosseumSaver(ColosseumSaverBase[Threads]):
         )
         if pgbouncer:
             require_transaction_mode_safe(conn)
+        self._pgbouncer = pgbouncer  # waiters poll: no LISTEN through PgBouncer
         self.conn = conn
         # Set once a connection was had: only then is a failure to get one an
         # outage worth retrying, rather than a wrong URL to report.
@@ -231,6 +233,8 @@ class ColosseumSaver(ColosseumSaverBase[Threads]):
         if isinstance(request, (CacheCall, CacheDrop)):
             assert self.cache is not None
             return self.cache.perform(request)
+        if isinstance(request, AwaitNotify):
+            return await_notify(self, request)
         broken = conflicts = 0
         while True:
             conn = None

@@ -12,6 +12,7 @@ operation that pauses (a `list` being iterated slowly) holds no connection.
 * `Sleep`: a pause (polling another worker); the runners below do it themselves.
 * `RunTool`: run a tool call; only IdempotentToolNode's drivers take it.
 * `CacheCall` / `CacheDrop`: the Redis hot head (see hot.py); never raise.
+* `AwaitNotify`: a request, then a wait for another process's NOTIFY (multitask.py).
 """
 
 from __future__ import annotations
@@ -82,6 +83,28 @@ class CacheDrop(NamedTuple):
     keys: tuple[str, ...]
 
 
+class AwaitNotify(NamedTuple):
+    """Perform `request`; unless `done(result)`, wait up to `seconds` for a NOTIFY
+    on `channel` whose payload is `key`. The result is `request`'s (from before
+    the wait): the operation asks again.
+
+    The driver LISTENs on a connection of its own before performing `request`
+    on it, so a notification sent after `request` saw "not yet" is never
+    missed. Where LISTEN cannot be used (pgbouncer=True, a saver on one
+    connection) it performs `request` as usual and sleeps `POLL_SECONDS` (or
+    `seconds`, if shorter) instead.
+    """
+
+    channel: str
+    key: str
+    request: Query | Transaction
+    done: Callable[[Any], bool]
+    seconds: float
+
+
+POLL_SECONDS = 0.5
+
+
 class _Unavailable:
     def __repr__(self) -> str:
         return "CACHE_UNAVAILABLE"
@@ -94,7 +117,7 @@ class Overran(Exception):
     """A tool call ran past its timeout (the outcome of a `RunTool`)."""
 
 
-Request = Query | Transaction | Emit | Sleep | RunTool | CacheCall | CacheDrop
+Request = Query | Transaction | Emit | Sleep | RunTool | CacheCall | CacheDrop | AwaitNotify
 Operation = Generator[Request, Any, T]
 
 

@@ -211,6 +211,37 @@ MIGRATIONS: list[str] = [
     CREATE INDEX IF NOT EXISTS colosseum_thread_lineage_lineage
         ON colosseum_thread_lineage (lineage);
     """,
+    # 7: the runs of `saver.runs(graph)` (double texting, see _core/multitask.py):
+    # one row per run that was admitted or queued. `seq` is arrival order (the
+    # queue of `enqueue`); `lease_until` keeps a queued run's place while its
+    # process lives; `token` is the fencing token the run writes under (the
+    # thread row's run_token when it took the thread); `metadata_before` is the
+    # thread's registry metadata when it started, which `rollback` restores.
+    """
+    CREATE TABLE IF NOT EXISTS colosseum_runs (
+        thread_id       text COLLATE "C" NOT NULL,
+        run_id          text COLLATE "C" NOT NULL,
+        seq             bigint GENERATED ALWAYS AS IDENTITY,
+        strategy        text NOT NULL
+                        CHECK (strategy IN ('reject', 'enqueue', 'interrupt', 'rollback')),
+        status          text NOT NULL
+                        CHECK (status IN ('pending', 'running', 'success', 'error',
+                                          'interrupted', 'rolled_back')),
+        holder          text NOT NULL,
+        token           bigint,
+        lease_until     timestamptz,
+        created_at      timestamptz NOT NULL DEFAULT now(),
+        started_at      timestamptz,
+        ended_at        timestamptz,
+        stopped_by      text,
+        error           text,
+        metadata_before jsonb,
+        PRIMARY KEY (thread_id, run_id)
+    );
+    CREATE INDEX IF NOT EXISTS colosseum_runs_run_id ON colosseum_runs (run_id);
+    CREATE INDEX IF NOT EXISTS colosseum_runs_queue
+        ON colosseum_runs (thread_id, seq) WHERE status = 'pending';
+    """,
 ]
 
 LATEST_VERSION = len(MIGRATIONS)

@@ -55,6 +55,7 @@ EXPECTED_TABLES = {
     "colosseum_deleted_threads",
     "colosseum_deleted_runs",
     "colosseum_thread_lineage",
+    "colosseum_runs",
 }
 
 

@@ -1,0 +1,444 @@
+"""Runs on a thread, and what a second run does while one is active (sans-IO).
+
+`saver.runs(graph)` (runs.py) records every run it admits or queues in
+`colosseum_runs` and holds the thread for it exactly as `run_guard` does: the
+thread row's `run_owner` is the run's id and `run_token` its fencing token,
+and every put / put_writes of the run carries both (`_core/guard.py`), so
+Postgres refuses them once the run no longer owns the thread (`sql._FENCED`).
+The four `multitask_strategy` values are four ways of taking the thread:
+
+* `reject`: take it only when no live run holds it and no live run waits for
+  it; else ThreadBusyError, and nothing is recorded or written.
+* `enqueue`: record the run as `pending` first (its `seq` is its place in the
+  queue), then take the thread once it is free and no live pending run
+  arrived before it. Waiters sleep on LISTEN/NOTIFY (`AwaitNotify`): a run
+  that lets go notifies the thread's waiters, and each also wakes every
+  third of its lease to renew its place (a waiter whose process died loses
+  its place when its lease lapses, and never blocks the queue).
+* `interrupt`: take the thread whoever holds it. The holder's token is
+  superseded in the same transaction, so its next write (its next step
+  boundary) is refused and its caller gets RunInterruptedError; its steps
+  stored before are kept, and the new run starts from them. The stopped
+  run's record says `interrupted` and who stopped it.
+* `rollback`: as `interrupt`, then `delete_for_runs` on the stopped run
+  (tombstones: its content is never readable again, Redis heads included)
+  and the registry metadata it changed is restored, before the new run
+  writes anything.
+
+Taking the thread locks its row FOR UPDATE (as run_guard's ACQUIRE does),
+which waits for the puts in flight that hold it FOR KEY SHARE: a put either
+committed before the take (and is kept, or rolled back) or is judged against
+the new owner (and refused). Nothing here holds a session: no advisory lock,
+no prepared statement, so it works through PgBouncer in transaction mode
+(where LISTEN cannot be used and waiters poll instead, see `AwaitNotify`).
+"""
+
+from __future__ import annotations
+
+import time
+from collections.abc import Sequence
+from dataclasses import dataclass
+from datetime import datetime
+from typing import Any, Literal
+
+from langgraph_colosseum._core.io import AwaitNotify, Operation, Query, Request, Transaction
+from langgraph_colosseum._core.keys import checked_key
+from langgraph_colosseum._core.threads import RELEASE
+from langgraph_colosseum.errors import (
+    InvalidConfigError,
+    RunInterruptedError,
+    RunNotFoundError,
+    RunQueueTimeoutError,
+    RunRolledBackError,
+    ThreadBusyError,
+)
+
+MultitaskStrategy = Literal["reject", "enqueue", "interrupt", "rollback"]
+STRATEGIES: tuple[str, ...] = ("reject", "enqueue", "interrupt", "rollback")
+STATUSES = ("pending", "running", "success", "error", "interrupted", "rolled_back")
+FINAL_STATUSES = frozenset(("success", "error", "interrupted", "rolled_back"))
+
+# The one NOTIFY channel; the payload is the thread id whose holder let go.
+CHANNEL = "colosseum_runs"
+
+LEASE_LAPSED = (
+    "its process stopped renewing its lease (it died, or was paused longer than the "
+    "lease); the run was abandoned"
+)
+QUEUE_LAPSED = "its process stopped renewing its place in the queue (it died); it never ran"
+
+ENQUEUE = """
+INSERT INTO colosseum_runs (thread_id, run_id, strategy, status, holder, lease_until)
+VALUES (%(thread_id)s, %(run_id)s, 'enqueue', 'pending', %(holder)s,
+        now() + make_interval(secs => %(lease)s))
+"""
+
+ENSURE_THREAD = """
+INSERT INTO colosseum_threads (thread_id) VALUES (%(thread_id)s) ON CONFLICT DO NOTHING
+"""
+
+# FOR UPDATE: conflicts with the KEY SHARE lock of a put's fence, so a put in
+# flight commits before this transaction reads the row, or is judged after it.
+LOCK_THREAD = "SELECT 1 FROM colosseum_threads WHERE thread_id = %(thread_id)s FOR UPDATE"
+
+# Under LOCK_THREAD: take the thread when this run may, mark the run it took it
+# from (stopped while live, abandoned when its lease had lapsed), record this
+# run as running; else renew a queued run's place. Returns (token or NULL, the
+# run stopped, its new status, this run's status before).
+TAKE = """
+WITH thread AS (
+    SELECT run_owner, run_token, run_lease_until, metadata FROM colosseum_threads
+    WHERE thread_id = %(thread_id)s
+),
+me AS (
+    SELECT seq, status FROM colosseum_runs
+    WHERE thread_id = %(thread_id)s AND run_id = %(run_id)s
+),
+ahead AS (
+    SELECT 1 FROM colosseum_runs r
+    WHERE r.thread_id = %(thread_id)s AND r.status = 'pending' AND r.lease_until > now()
+      AND r.run_id <> %(run_id)s
+      AND r.seq < coalesce((SELECT seq FROM me), 9223372036854775807)
+    LIMIT 1
+),
+go AS (
+    SELECT 1 FROM thread
+    WHERE coalesce((SELECT status FROM me), 'pending') = 'pending'
+      AND (%(steal)s
+           OR ((run_owner IS NULL OR run_lease_until IS NULL OR run_lease_until < now())
+               AND NOT EXISTS (SELECT 1 FROM ahead)))
+),
+taken AS (
+    UPDATE colosseum_threads t
+    SET status = 'busy', run_owner = %(run_id)s, run_token = t.run_token + 1,
+        run_lease_until = now() + make_interval(secs => %(lease)s), updated_at = now()
+    WHERE t.thread_id = %(thread_id)s AND EXISTS (SELECT 1 FROM go)
+    RETURNING t.run_token
+),
+stopped AS (
+    UPDATE colosseum_runs r
+    SET status = CASE WHEN thread.run_lease_until > now() THEN 'interrupted' ELSE 'error' END,
+        error = CASE WHEN thread.run_lease_until > now() THEN NULL ELSE %(lapsed)s END,
+        stopped_by = %(run_id)s, ended_at = now()
+    FROM thread
+    WHERE EXISTS (SELECT 1 FROM go) AND r.thread_id = %(thread_id)s
+      AND r.run_id = thread.run_owner AND r.status = 'running'
+    RETURNING r.run_id, r.status
+),
+mine AS (
+    INSERT INTO colosseum_runs AS r
+        (thread_id, run_id, strategy, status, holder, token, started_at, metadata_before)
+    SELECT %(thread_id)s, %(run_id)s, %(strategy)s, 'running', %(holder)s, taken.run_token,
+           now(), thread.metadata
+    FROM taken, thread
+    ON CONFLICT (thread_id, run_id) DO UPDATE
+    SET status = 'running', token = EXCLUDED.token, started_at = now(), lease_until = NULL,
+        metadata_before = EXCLUDED.metadata_before
+),
+waiting AS (
+    UPDATE colosseum_runs SET lease_until = now() + make_interval(secs => %(lease)s)
+    WHERE thread_id = %(thread_id)s AND run_id = %(run_id)s AND status = 'pending'
+      AND NOT EXISTS (SELECT 1 FROM go)
+)
+SELECT (SELECT run_token FROM taken), (SELECT run_id FROM stopped),
+       (SELECT status FROM stopped), (SELECT status FROM me)
+"""
+
+# After delete_for_runs removed the stopped run's rows: the registry metadata
+# it merged goes back to what it was when it started.
+ROLLED_BACK = """
+WITH run AS (
+    UPDATE colosseum_runs SET status = 'rolled_back'
+    WHERE thread_id = %(thread_id)s AND run_id = %(stopped)s
+      AND status IN ('interrupted', 'error')
+    RETURNING metadata_before
+)
+UPDATE colosseum_threads t SET metadata = coalesce(run.metadata_before, '{}'::jsonb)
+FROM run
+WHERE t.thread_id = %(thread_id)s
+"""
+
+GIVE_UP = """
+UPDATE colosseum_runs
+SET status = 'error', error = %(error)s, ended_at = now(), lease_until = NULL
+WHERE thread_id = %(thread_id)s AND run_id = %(run_id)s AND status = 'pending'
+"""
+
+# The run ends: only while it is still running (a run stopped meanwhile stays
+# stopped; its caller is told), or when only the lease sweep marked it and it
+# still owns the thread with its token (it was slow, nobody took over).
+FINISH = """
+WITH run AS (
+    SELECT status, stopped_by FROM colosseum_runs
+    WHERE thread_id = %(thread_id)s AND run_id = %(run_id)s
+),
+mine AS (
+    UPDATE colosseum_runs r
+    SET status = %(status)s, error = %(error)s, ended_at = now(), stopped_by = NULL
+    WHERE r.thread_id = %(thread_id)s AND r.run_id = %(run_id)s
+      AND (r.status = 'running'
+           OR (r.stopped_by = 'lease' AND EXISTS (
+                   SELECT 1 FROM colosseum_threads t
+                   WHERE t.thread_id = %(thread_id)s AND t.run_owner = %(run_id)s
+                     AND t.run_token = %(token)s)))
+    RETURNING 1
+)
+SELECT EXISTS (SELECT 1 FROM mine), (SELECT status FROM run), (SELECT stopped_by FROM run),
+       pg_notify(%(channel)s, %(thread_id)s)
+"""
+
+# Runs whose process is gone: running without a live lease on the thread, or
+# queued without a live place. Marked so that no record says `running` forever.
+SETTLE = """
+UPDATE colosseum_runs r
+SET status = 'error', stopped_by = 'lease', ended_at = now(), lease_until = NULL,
+    error = CASE WHEN r.status = 'pending' THEN %(queue_lapsed)s ELSE %(lapsed)s END
+WHERE r.thread_id = %(thread_id)s
+  AND ((r.status = 'pending' AND r.lease_until < now())
+       OR (r.status = 'running' AND NOT EXISTS (
+               SELECT 1 FROM colosseum_threads t
+               WHERE t.thread_id = r.thread_id AND t.run_owner = r.run_id
+                 AND t.run_lease_until > now())))
+RETURNING r.run_id
+"""
+
+_RUN_COLUMNS = """
+    run_id, thread_id, strategy, status, holder, seq, created_at, started_at, ended_at,
+    stopped_by, error
+"""
+
+GET = f"SELECT {_RUN_COLUMNS} FROM colosseum_runs WHERE run_id = %(run_id)s"
+
+LIST = f"""
+SELECT {_RUN_COLUMNS} FROM colosseum_runs
+WHERE thread_id = %(thread_id)s AND (%(status)s::text IS NULL OR status = %(status)s)
+ORDER BY seq
+LIMIT %(limit)s
+"""
+
+ACTIVE = """
+SELECT run_id, status FROM colosseum_runs
+WHERE thread_id = %(thread_id)s AND status IN ('pending', 'running')
+  AND (%(run_id)s::text IS NULL OR run_id = %(run_id)s)
+"""
+
+CANCEL = """
+UPDATE colosseum_runs
+SET status = 'interrupted', stopped_by = 'cancel', ended_at = now(), lease_until = NULL
+WHERE thread_id = %(thread_id)s AND run_id = ANY(%(run_ids)s::text[])
+  AND status IN ('pending', 'running')
+RETURNING run_id
+"""
+
+NOTIFY = "SELECT pg_notify(%(channel)s, %(thread_id)s)"
+
+
+@dataclass(frozen=True)
+class RunInfo:
+    """One run of `saver.runs(graph)`, as recorded in Postgres.
+
+    `status`: pending (queued), running, success, error, interrupted (stopped by
+    another run or by cancel; `stopped_by` says which), rolled_back. `holder`
+    is the process that started it (host:pid); `seq` its arrival order.
+    """
+
+    run_id: str
+    thread_id: str
+    strategy: str
+    status: str
+    holder: str
+    seq: int
+    created_at: datetime
+    started_at: datetime | None
+    ended_at: datetime | None
+    stopped_by: str | None
+    error: str | None
+
+
+def _info(row: Sequence[Any]) -> RunInfo:
+    return RunInfo(*row[:5], int(row[5]), *row[6:])
+
+
+def checked_strategy(strategy: str) -> str:
+    if strategy not in STRATEGIES:
+        raise InvalidConfigError(
+            f"unknown multitask_strategy {strategy!r}: expected one of {', '.join(STRATEGIES)}"
+        )
+    return strategy
+
+
+def stopped_error(thread_id: str, run_id: str, status: str | None, by: str | None) -> Exception:
+    """What the caller of a run that no longer runs is told."""
+    cls = RunRolledBackError if status == "rolled_back" else RunInterruptedError
+    return cls(thread_id, run_id, status=status or "unknown", by=by)
+
+
+def _taken(result: Any) -> bool:
+    return result[-1][0][0] is not None
+
+
+def start(
+    store: Any,
+    thread_id: str,
+    run_id: str,
+    strategy: str,
+    holder: str,
+    lease_seconds: float,
+    queue_timeout: float | None,
+) -> Operation[int]:
+    """Take `thread_id` for run `run_id` under `strategy`; its fencing token.
+
+    Raises ThreadBusyError (reject), RunQueueTimeoutError (enqueue, after
+    `queue_timeout` seconds), RunInterruptedError (a queued run cancelled).
+    """
+    thread_id = checked_key("thread_id", thread_id)
+    params = {
+        "thread_id": thread_id,
+        "run_id": run_id,
+        "strategy": checked_strategy(strategy),
+        "holder": holder,
+        "lease": lease_seconds,
+        "steal": strategy in ("interrupt", "rollback"),
+        "lapsed": LEASE_LAPSED,
+    }
+    take = Transaction(
+        (
+            Query(ENSURE_THREAD, params, fetch=False),
+            Query(LOCK_THREAD, params),
+            Query(TAKE, params),
+        )
+    )
+    deadline = None
+    if strategy == "enqueue":
+        yield Query(ENQUEUE, params, fetch=False)
+        if queue_timeout is not None:
+            deadline = time.monotonic() + queue_timeout
+    while True:
+        if strategy == "enqueue":
+            # A place is renewed at every TAKE: wake at least every third of the lease.
+            wait = lease_seconds / 3
+            if deadline is not None:
+                wait = max(0.0, min(wait, deadline - time.monotonic()))
+            result = yield AwaitNotify(CHANNEL, thread_id, take, _taken, wait)
+        else:
+            result = yield take
+        token, stopped, _, my_status = result[-1][0]
+        if token is not None:
+            break
+        if strategy != "enqueue":
+            raise ThreadBusyError(thread_id)
+        if my_status not in (None, "pending"):  # cancelled, or given up by the sweep
+            row = yield Query(GET, {"run_id": run_id})
+            raise stopped_error(thread_id, run_id, my_status, row[0][9] if row else None)
+        if deadline is not None and time.monotonic() >= deadline:
+            yield Transaction(
+                (
+                    Query(GIVE_UP, {**params, "error": f"timed out after {queue_timeout:g} s "
+                                    "in the queue; it never ran"}, fetch=False),
+                    Query(NOTIFY, {"channel": CHANNEL, "thread_id": thread_id}),
+                )
+            )  # fmt: skip
+            raise RunQueueTimeoutError(thread_id, run_id, queue_timeout or 0.0)
+    if strategy == "rollback" and stopped is not None:
+        # The stopped run's puts after the take are refused by the fence; the
+        # ones before it are deleted now, before this run writes anything.
+        yield from store.delete_for_runs([stopped])
+        yield Query(ROLLED_BACK, {"thread_id": thread_id, "stopped": stopped}, fetch=False)
+    return int(token)
+
+
+def finish(
+    thread_id: str, run_id: str, token: int, status: str, error: str | None
+) -> Operation[tuple[bool, str | None, str | None]]:
+    """End the run as `status` and let go of the thread: (ended, status, stopped_by).
+
+    `ended` is False when the run had already been stopped (interrupted,
+    rolled back, cancelled, abandoned): then `status` and `stopped_by` say how.
+    """
+    params = {
+        "thread_id": thread_id,
+        "run_id": run_id,
+        "token": token,
+        "status": status,
+        "error": error,
+        "channel": CHANNEL,
+        "owner": run_id,
+    }
+    rows, _ = yield Transaction((Query(FINISH, params), Query(RELEASE, params, fetch=False)))
+    ended, stored, by, _ = rows[0]
+    return bool(ended), stored, by
+
+
+def settle(thread_id: str) -> Operation[None]:
+    """Mark the thread's runs whose process is gone, and let go of the thread for them."""
+    rows = yield Query(
+        SETTLE, {"thread_id": thread_id, "lapsed": LEASE_LAPSED, "queue_lapsed": QUEUE_LAPSED}
+    )
+    for (dead,) in rows:
+        yield Query(RELEASE, {"thread_id": thread_id, "owner": dead}, fetch=False)
+
+
+def get(run_id: str) -> Operation[RunInfo | None]:
+    rows = yield Query(GET, {"run_id": run_id})
+    if rows and rows[0][3] in ("pending", "running"):
+        yield from settle(rows[0][1])
+        rows = yield Query(GET, {"run_id": run_id})
+    return _info(rows[0]) if rows else None
+
+
+def list_runs(thread_id: str, status: str | None, limit: int) -> Operation[list[RunInfo]]:
+    if status is not None and status not in STATUSES:
+        raise InvalidConfigError(
+            f"unknown run status {status!r}: expected one of {', '.join(STATUSES)}"
+        )
+    thread_id = checked_key("thread_id", thread_id)
+    yield from settle(thread_id)
+    rows = yield Query(LIST, {"thread_id": thread_id, "status": status, "limit": limit})
+    return [_info(row) for row in rows]
+
+
+def cancel(thread_id: str, run_id: str | None) -> Operation[list[str]]:
+    """Stop the thread's pending and running runs (or only `run_id`); the ids stopped.
+
+    A running run's next write is refused (it no longer owns the thread) and
+    its caller gets RunInterruptedError; a queued one leaves the queue.
+    """
+    active = yield Query(ACTIVE, {"thread_id": thread_id, "run_id": run_id})
+    if not active:
+        return []
+    ids = [row[0] for row in active]
+    params = {"thread_id": thread_id, "run_ids": ids, "channel": CHANNEL}
+    queries: list[Query] = [
+        Query(LOCK_THREAD, params),
+        Query(CANCEL, params),
+        *(Query(RELEASE, {"thread_id": thread_id, "owner": i}, fetch=False) for i in ids),
+        Query(NOTIFY, params),
+    ]
+    results = yield Transaction(tuple(queries))
+    return [row[0] for row in results[1]]
+
+
+def join(run_id: str, timeout: float | None, poll_seconds: float = 5.0) -> Operation[RunInfo]:
+    """Wait until the run has ended; its record. TimeoutError after `timeout` seconds."""
+    info = yield from get(run_id)
+    if info is None:
+        raise RunNotFoundError(run_id)
+    deadline = None if timeout is None else time.monotonic() + timeout
+    lookup: Request = Query(GET, {"run_id": run_id})
+    while info.status not in FINAL_STATUSES:
+        wait = poll_seconds
+        if deadline is not None:
+            wait = min(wait, deadline - time.monotonic())
+            if wait <= 0:
+                raise TimeoutError(
+                    f"run {run_id!r} on thread {info.thread_id!r} is still {info.status} "
+                    f"after {timeout:g} s"
+                )
+        yield AwaitNotify(CHANNEL, info.thread_id, lookup, _ended, wait)
+        info = yield from get(run_id)
+        assert info is not None
+    return info
+
+
+def _ended(result: Any) -> bool:
+    return bool(result) and result[0][3] in FINAL_STATUSES

@@ -1,0 +1,113 @@
+"""A long-lived worker process for `test_runs.py`: runs sent to it on stdin.
+
+Usage: ``python runs_worker.py`` (then one JSON command per line on stdin).
+
+Commands:
+* ``{"cmd": "run", "id": ..., "url": ..., "redis": [url, prefix] | null,
+  "thread": ..., "msg": ..., "strategy": ..., "lease": s, "gate": bool,
+  "barrier": name | null}``: in a thread of its own, wait for the barrier (if
+  any), then ``saver.runs(graph).invoke({"messages": [msg]}, ...)``. The graph
+  is START -> think -> answer -> END, appending ``msg:think``, ``msg:answer``;
+  with "gate", `answer` prints ``{"event": "entered", "msg": msg}`` and waits
+  for the gate named `msg` to open. Prints ``{"event": "done", "id": ...,
+  "outcome": "success" | <exception class>, "run_id": ...}``.
+* ``{"cmd": "open", "name": ...}``: open a gate or barrier.
+
+Savers are made once per (url, redis) and kept: a test pays for the process
+and its imports once per module, not once per run.
+"""
+
+from __future__ import annotations
+
+import json
+import operator
+import sys
+import threading
+import uuid
+from collections import defaultdict
+from datetime import timedelta
+from typing import Annotated, Any
+
+from langgraph.graph import END, START, StateGraph
+from typing_extensions import TypedDict
+
+from langgraph_colosseum import ColosseumSaver
+
+GATE_SECONDS = 60
+
+
+class Chat(TypedDict):
+    messages: Annotated[list[str], operator.add]
+
+
+_print_lock = threading.Lock()
+_gates: defaultdict[str, threading.Event] = defaultdict(threading.Event)
+_savers: dict[str, Any] = {}
+
+
+def say(**event: Any) -> None:
+    with _print_lock:
+        sys.stdout.write(json.dumps(event) + "\n")
+        sys.stdout.flush()
+
+
+def chat_graph(saver: Any, gated: bool) -> Any:
+    def think(state: Chat) -> dict:
+        return {"messages": [f"{state['messages'][-1]}:think"]}
+
+    def answer(state: Chat) -> dict:
+        msg = state["messages"][-1].removesuffix(":think")
+        if gated:
+            say(event="entered", msg=msg)
+            _gates[msg].wait(GATE_SECONDS)
+        return {"messages": [f"{msg}:answer"]}
+
+    builder = StateGraph(Chat)
+    builder.add_node("think", think)
+    builder.add_node("answer", answer)
+    builder.add_edge(START, "think")
+    builder.add_edge("think", "answer")
+    builder.add_edge("answer", END)
+    return builder.compile(checkpointer=saver)
+
+
+def saver_for(url: str, cache: list[str] | None) -> Any:
+    key = json.dumps([url, cache])
+    if key not in _savers:
+        options = {"redis_url": cache[0], "cache_prefix": cache[1]} if cache else {}
+        context = ColosseumSaver.from_conn_string(url, pool_size=3, **options)
+        _savers[key] = context.__enter__()  # kept for the process's life
+    return _savers[key]
+
+
+def run(command: dict) -> None:
+    run_id = str(uuid.uuid4())
+    try:
+        saver = saver_for(command["url"], command.get("redis"))
+        runs = saver.runs(
+            chat_graph(saver, command.get("gate", False)),
+            command["strategy"],
+            lease=timedelta(seconds=command.get("lease", 30)),
+        )
+        if command.get("barrier"):
+            _gates[command["barrier"]].wait(GATE_SECONDS)
+        config = {"configurable": {"thread_id": command["thread"]}, "run_id": run_id}
+        runs.invoke({"messages": [command["msg"]]}, config, durability="sync")
+        outcome = "success"
+    except Exception as exc:
+        outcome = type(exc).__name__
+    say(event="done", id=command["id"], outcome=outcome, run_id=run_id)
+
+
+def main() -> None:
+    for line in sys.stdin:
+        command = json.loads(line)
+        if command["cmd"] == "run":
+            threading.Thread(target=run, args=(command,), daemon=True).start()
+        elif command["cmd"] == "open":
+            _gates[command["name"]].set()
+    # stdin closed: the test is over
+
+
+if __name__ == "__main__":
+    main()
