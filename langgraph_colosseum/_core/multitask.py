@@ -158,6 +158,18 @@ FROM run
 WHERE t.thread_id = %(thread_id)s
 """
 
+# Runs a rollback stopped whose rows may still be there: the one this run
+# stopped, and those of a rollback that was itself stopped (or died) before it
+# finished deleting. Whoever holds the thread next finishes the job before it
+# reads the state, newest first, so the oldest run's metadata is restored last.
+ROLLBACKS_DUE = """
+SELECT r.run_id FROM colosseum_runs r
+JOIN colosseum_runs s ON s.thread_id = r.thread_id AND s.run_id = r.stopped_by
+WHERE r.thread_id = %(thread_id)s AND r.status IN ('interrupted', 'error')
+  AND s.strategy = 'rollback'
+ORDER BY r.seq DESC
+"""
+
 GIVE_UP = """
 UPDATE colosseum_runs
 SET status = 'error', error = %(error)s, ended_at = now(), lease_until = NULL
@@ -322,7 +334,7 @@ def start(
             result = yield AwaitNotify(CHANNEL, thread_id, take, _taken, wait)
         else:
             result = yield take
-        token, stopped, _, my_status = result[-1][0]
+        token, _, _, my_status = result[-1][0]
         if token is not None:
             break
         if strategy != "enqueue":
@@ -339,11 +351,17 @@ def start(
                 )
             )  # fmt: skip
             raise RunQueueTimeoutError(thread_id, run_id, queue_timeout or 0.0)
-    if strategy == "rollback" and stopped is not None:
-        # The stopped run's puts after the take are refused by the fence; the
-        # ones before it are deleted now, before this run writes anything.
-        yield from store.delete_for_runs([stopped])
-        yield Query(ROLLED_BACK, {"thread_id": thread_id, "stopped": stopped}, fetch=False)
+    due = yield Query(ROLLBACKS_DUE, {"thread_id": thread_id})
+    if due:
+        # The stopped runs' puts after the take are refused by the fence; the
+        # ones before it are deleted now, before this run reads or writes.
+        rolled_back = [row[0] for row in due]
+        yield from store.delete_for_runs(rolled_back)
+        for run in rolled_back:
+            yield Query(ROLLED_BACK, {"thread_id": thread_id, "stopped": run}, fetch=False)
+        # A rollback this run stopped may have committed its delete and not yet
+        # dropped the Redis head it made stale: drop it here too.
+        yield from store._drop_heads([thread_id])
     return int(token)
 
 

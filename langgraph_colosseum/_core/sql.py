@@ -334,11 +334,12 @@ early_writes_gone AS (
     WHERE thread_id = %(thread_id)s AND checkpoint_ns = %(checkpoint_ns)s
       AND checkpoint_id = %(checkpoint_id)s AND EXISTS (SELECT 1 FROM deleted)
 ),
--- with the registry row those writes alone made (a status, no checkpoint)
+-- with the registry row those writes alone made (a status, no checkpoint);
+-- not a row a run holds (run_guard, saver.runs): it is the fence of that run's writes
 early_row_gone AS (
     DELETE FROM colosseum_threads t
     WHERE t.thread_id = %(thread_id)s AND EXISTS (SELECT 1 FROM deleted)
-      AND t.head_checkpoint_id IS NULL
+      AND t.head_checkpoint_id IS NULL AND t.run_owner IS NULL
       AND NOT EXISTS (SELECT 1 FROM colosseum_checkpoints c WHERE c.thread_id = t.thread_id)
 ),
 -- An interrupt or error written before this put (durability="async") is the

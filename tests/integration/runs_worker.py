@@ -5,8 +5,8 @@ Usage: ``python runs_worker.py`` (then one JSON command per line on stdin).
 Commands:
 * ``{"cmd": "run", "id": ..., "url": ..., "redis": [url, prefix] | null,
   "thread": ..., "msg": ..., "strategy": ..., "lease": s, "gate": bool,
-  "barrier": name | null}``: in a thread of its own, wait for the barrier (if
-  any), then ``saver.runs(graph).invoke({"messages": [msg]}, ...)``. The graph
+  "barrier": name | null}``: in a thread of its own, print ``{"event": "ready"}``
+  and wait for the barrier (if any), then ``saver.runs(graph).invoke({"messages": [msg]}, ...)``. The graph
   is START -> think -> answer -> END, appending ``msg:think``, ``msg:answer``;
   with "gate", `answer` prints ``{"event": "entered", "msg": msg}`` and waits
   for the gate named `msg` to open. Prints ``{"event": "done", "id": ...,
@@ -21,8 +21,10 @@ from __future__ import annotations
 
 import json
 import operator
+import os
 import sys
 import threading
+import traceback
 import uuid
 from collections import defaultdict
 from datetime import timedelta
@@ -34,6 +36,8 @@ from typing_extensions import TypedDict
 from langgraph_colosseum import ColosseumSaver
 
 GATE_SECONDS = 60
+# What a run may be told under a multitask strategy; anything else is a bug: printed.
+EXPECTED = {"ThreadBusyError", "RunInterruptedError", "RunRolledBackError", "RunQueueTimeoutError"}
 
 
 class Chat(TypedDict):
@@ -60,6 +64,7 @@ def chat_graph(saver: Any, gated: bool) -> Any:
         if gated:
             say(event="entered", msg=msg)
             _gates[msg].wait(GATE_SECONDS)
+            del _gates[msg]  # the next test's run of the same message waits again
         return {"messages": [f"{msg}:answer"]}
 
     builder = StateGraph(Chat)
@@ -76,8 +81,9 @@ def saver_for(url: str, cache: list[str] | None) -> Any:
     if key not in _savers:
         options = {"redis_url": cache[0], "cache_prefix": cache[1]} if cache else {}
         context = ColosseumSaver.from_conn_string(url, pool_size=3, **options)
-        _savers[key] = context.__enter__()  # kept for the process's life
-    return _savers[key]
+        # Both kept for the process's life: a collected context closes its pool.
+        _savers[key] = (context, context.__enter__())
+    return _savers[key][1]
 
 
 def run(command: dict) -> None:
@@ -90,12 +96,15 @@ def run(command: dict) -> None:
             lease=timedelta(seconds=command.get("lease", 30)),
         )
         if command.get("barrier"):
+            say(event="ready", id=command["id"])
             _gates[command["barrier"]].wait(GATE_SECONDS)
         config = {"configurable": {"thread_id": command["thread"]}, "run_id": run_id}
         runs.invoke({"messages": [command["msg"]]}, config, durability="sync")
         outcome = "success"
     except Exception as exc:
         outcome = type(exc).__name__
+        if outcome not in EXPECTED:
+            traceback.print_exc()
     say(event="done", id=command["id"], outcome=outcome, run_id=run_id)
 
 
@@ -106,7 +115,9 @@ def main() -> None:
             threading.Thread(target=run, args=(command,), daemon=True).start()
         elif command["cmd"] == "open":
             _gates[command["name"]].set()
-    # stdin closed: the test is over
+    # stdin closed: the test is over (no need to close pools on the way out)
+    sys.stdout.flush()
+    os._exit(0)
 
 
 if __name__ == "__main__":

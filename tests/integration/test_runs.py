@@ -1,0 +1,510 @@
+"""Double texting: `saver.runs(graph)` with multitask strategies (issue 15).
+
+The competing runs are in separate processes (`runs_worker.py`; eight of them
+are started once for the module and reused), against real Postgres, with and
+without the Redis hot head. Every run sends one message; the graph appends
+``msg:think`` and ``msg:answer``. The invariants:
+
+* reject: the second run never writes (no trace of its message anywhere);
+* enqueue: both runs' messages are on the head's branch, in arrival order;
+* interrupt: the first run's completed steps are kept, the second starts from
+  them, and the first's caller gets RunInterruptedError;
+* rollback: nothing of the first run remains, in Postgres or Redis;
+* eight processes racing to one thread under each strategy: every accepted
+  message is on the head's branch, whole and in one piece (no lost update),
+  and every refused one is reported to its sender and leaves no trace.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import json
+import operator
+import os
+import queue
+import signal
+import subprocess
+import sys
+import threading
+import time
+import uuid
+from collections.abc import Callable, Iterator
+from datetime import timedelta
+from functools import partial
+from pathlib import Path
+from typing import Annotated, Any
+
+import psycopg
+import pytest
+import redis
+from langgraph.checkpoint.base import empty_checkpoint
+from langgraph.graph import END, START, StateGraph
+from typing_extensions import TypedDict
+
+from langgraph_colosseum import AsyncColosseumSaver, ColosseumSaver
+from langgraph_colosseum._core import multitask
+from langgraph_colosseum.errors import (
+    CheckpointDeletedError,
+    RunInterruptedError,
+    RunQueueTimeoutError,
+    ThreadBusyError,
+)
+from tests.conftest import CACHE_PREFIX, cache_options, redis_url, truncate
+
+WORKER = Path(__file__).with_name("runs_worker.py")
+WAIT = 60.0  # seconds any one expected event may take on a loaded machine
+
+
+class Worker:
+    """A `runs_worker.py` process: commands on its stdin, events from its stdout."""
+
+    def __init__(self) -> None:
+        self.proc = subprocess.Popen(
+            [sys.executable, str(WORKER)],
+            stdin=subprocess.PIPE,
+            stdout=subprocess.PIPE,
+            text=True,
+            start_new_session=True,
+        )
+        self.events: queue.Queue[dict] = queue.Queue()
+        self._seen: list[dict] = []
+        threading.Thread(target=self._read, daemon=True).start()
+
+    def _read(self) -> None:
+        assert self.proc.stdout is not None
+        for line in self.proc.stdout:
+            if line.startswith("{"):
+                self.events.put(json.loads(line))
+
+    def send(self, **command: Any) -> None:
+        assert self.proc.stdin is not None
+        self.proc.stdin.write(json.dumps(command) + "\n")
+        self.proc.stdin.flush()
+
+    def expect(self, **match: Any) -> dict:
+        """The first event (seen or coming) with these fields."""
+        for i, event in enumerate(self._seen):
+            if all(event.get(k) == v for k, v in match.items()):
+                return self._seen.pop(i)
+        while True:
+            event = self.events.get(timeout=WAIT)
+            if all(event.get(k) == v for k, v in match.items()):
+                return event
+            if event.get("event") == "done" and event.get("id") == match.get("msg"):
+                raise AssertionError(f"the run ended before {match}: {event}")
+            self._seen.append(event)
+
+    def stop(self) -> None:
+        if self.proc.poll() is None:
+            assert self.proc.stdin is not None
+            self.proc.stdin.close()
+            try:
+                self.proc.wait(timeout=10)
+            except subprocess.TimeoutExpired:
+                os.killpg(self.proc.pid, signal.SIGKILL)
+                self.proc.wait()
+
+
+@pytest.fixture(scope="module")
+def workers() -> Iterator[list[Worker]]:
+    started = [Worker() for _ in range(8)]
+    yield started
+    for worker in started:
+        worker.stop()
+
+
+@pytest.fixture(params=["postgres", "redis"])
+def mode(request: pytest.FixtureRequest, pg_url: str) -> str:
+    truncate(pg_url)
+    return request.param
+
+
+class Race:
+    """One test's thread, and the commands it sends."""
+
+    def __init__(self, url: str, mode: str) -> None:
+        self.url = url
+        self.mode = mode
+        self.thread = f"t-{uuid.uuid4().hex[:8]}"
+        self.cache = [redis_url(), CACHE_PREFIX] if mode == "redis" else None
+
+    def run(self, worker: Worker, msg: str, strategy: str, **extra: Any) -> None:
+        worker.send(
+            cmd="run", id=msg, url=self.url, redis=self.cache, thread=self.thread, msg=msg,
+            strategy=strategy, **extra,
+        )  # fmt: skip
+
+    def saver(self) -> Any:
+        options = cache_options(self.mode)
+        return ColosseumSaver.from_conn_string(self.url, pool_size=2, **options)
+
+    def head(self) -> list[str]:
+        """The messages on the head's branch (through Redis when it is on)."""
+        with self.saver() as saver:
+            found = saver.get_tuple({"configurable": {"thread_id": self.thread}})
+        return list(found.checkpoint["channel_values"]["messages"]) if found else []
+
+    def records(self) -> dict[str, Any]:
+        """run_id -> RunInfo."""
+        with self.saver() as saver:
+            return {r.run_id: r for r in saver.runs.list(self.thread)}
+
+    def traces(self, text: str) -> list[str]:
+        """Where `text` is stored: Postgres rows and Redis keys that hold it."""
+        found = []
+        with psycopg.connect(self.url, autocommit=True) as conn:
+            for table in ("checkpoints", "channel_values", "writes", "delta_histories",
+                          "threads"):  # fmt: skip
+                hits = conn.execute(
+                    f"SELECT count(*) FROM colosseum_{table} t "
+                    "WHERE t.thread_id = %s AND position(%s in t::text) > 0",
+                    (self.thread, text),
+                ).fetchone()[0]
+                if hits:
+                    found.append(f"postgres {table}: {hits}")
+        client = redis.Redis.from_url(redis_url())
+        try:
+            for key in client.scan_iter(match=f"{CACHE_PREFIX}*{self.thread}*", count=1000):
+                kind = client.type(key)
+                if kind == b"hash":
+                    blob = b"".join(k + v for k, v in client.hgetall(key).items())
+                elif kind == b"string":
+                    blob = client.get(key) or b""
+                else:
+                    blob = client.dump(key) or b""
+                if text.encode() in blob:
+                    found.append(f"redis {key!r}")
+        finally:
+            client.close()
+        return found
+
+
+def turn(msg: str) -> list[str]:
+    return [msg, f"{msg}:think", f"{msg}:answer"]
+
+
+def test_reject_the_second_run_never_writes(workers: list[Worker], pg_url: str, mode: str) -> None:
+    race, (a, b) = Race(pg_url, mode), workers[:2]
+    race.run(a, "qa1", "reject", gate=True)
+    a.expect(event="entered", msg="qa1")
+    race.run(b, "qb1", "reject")
+    assert b.expect(event="done", id="qb1")["outcome"] == "ThreadBusyError"
+    a.send(cmd="open", name="qa1")
+    first = a.expect(event="done", id="qa1")
+    assert first["outcome"] == "success"
+    assert race.head() == turn("qa1")
+    assert race.traces("qb1") == []
+    assert [(r.run_id, r.status) for r in race.records().values()] == [(first["run_id"], "success")]
+
+
+def test_enqueue_runs_the_second_after_the_first(
+    workers: list[Worker], pg_url: str, mode: str
+) -> None:
+    race, (a, b) = Race(pg_url, mode), workers[:2]
+    race.run(a, "qa1", "reject", gate=True)
+    a.expect(event="entered", msg="qa1")
+    race.run(b, "qb1", "enqueue")
+    with race.saver() as saver:  # b1 is queued before a1 may finish
+        wait_until(lambda: saver.runs.list(race.thread, status="pending"))
+    a.send(cmd="open", name="qa1")
+    first, second = a.expect(event="done", id="qa1"), b.expect(event="done", id="qb1")
+    assert (first["outcome"], second["outcome"]) == ("success", "success")
+    assert race.head() == turn("qa1") + turn("qb1")
+    records = race.records()
+    one, two = records[first["run_id"]], records[second["run_id"]]
+    assert (one.status, two.status, two.strategy) == ("success", "success", "enqueue")
+    assert one.seq < two.seq and two.started_at >= one.ended_at
+
+
+def test_interrupt_keeps_the_first_runs_steps(
+    workers: list[Worker], pg_url: str, mode: str
+) -> None:
+    race, (a, b) = Race(pg_url, mode), workers[:2]
+    race.run(a, "qa1", "reject", gate=True)  # stopped in `answer`: `think` is stored
+    a.expect(event="entered", msg="qa1")
+    race.run(b, "qb1", "interrupt")
+    second = b.expect(event="done", id="qb1")
+    assert second["outcome"] == "success"
+    a.send(cmd="open", name="qa1")  # its next write is refused
+    first = a.expect(event="done", id="qa1")
+    assert first["outcome"] == "RunInterruptedError"
+    assert race.head() == ["qa1", "qa1:think", *turn("qb1")]
+    assert race.traces("qa1:answer") == []
+    stopped = race.records()[first["run_id"]]
+    assert (stopped.status, stopped.stopped_by) == ("interrupted", second["run_id"])
+    with race.saver() as saver:
+        assert saver.threads.get(race.thread).status == "idle"
+
+
+def test_rollback_leaves_nothing_of_the_first_run(
+    workers: list[Worker], pg_url: str, mode: str
+) -> None:
+    race, (a, b) = Race(pg_url, mode), workers[:2]
+    race.run(a, "qa0", "reject")
+    assert a.expect(event="done", id="qa0")["outcome"] == "success"
+    race.run(a, "qa1", "reject", gate=True)
+    a.expect(event="entered", msg="qa1")
+    race.run(b, "qb1", "rollback")
+    second = b.expect(event="done", id="qb1")
+    assert second["outcome"] == "success"
+    a.send(cmd="open", name="qa1")
+    first = a.expect(event="done", id="qa1")
+    assert first["outcome"] == "RunRolledBackError"
+    assert race.head() == turn("qa0") + turn("qb1")
+    assert race.traces("qa1") == []  # Postgres and Redis
+    assert race.records()[first["run_id"]].status == "rolled_back"
+
+
+@pytest.mark.parametrize("strategy", ["reject", "enqueue", "interrupt", "rollback"])
+def test_eight_processes_race_to_one_thread(
+    workers: list[Worker], pg_url: str, mode: str, strategy: str
+) -> None:
+    race = Race(pg_url, mode)
+    barrier = f"go-{race.thread}"
+    sent = [f"qm{i}" for i in range(len(workers))]
+    for worker, msg in zip(workers, sent):
+        race.run(worker, msg, strategy, barrier=barrier)
+    for worker, msg in zip(workers, sent):
+        worker.expect(event="ready", id=msg)
+    for worker in workers:
+        worker.send(cmd="open", name=barrier)
+    done = {msg: w.expect(event="done", id=msg) for w, msg in zip(workers, sent)}
+    outcome = {msg: d["outcome"] for msg, d in done.items()}
+    accepted = [m for m in sent if outcome[m] == "success"]
+    refused = [m for m in sent if m not in accepted]
+    head = race.head()
+    records = race.records()
+
+    # No lost update: every accepted message is on the head's branch, whole.
+    assert accepted
+    for msg in accepted:
+        at = head.index(msg)
+        assert head[at : at + 3] == turn(msg), head
+    assert head[-1] == f"{max(accepted, key=head.index)}:answer"
+    # Every refused one was reported to its sender, as its strategy says.
+    expected_refusal = {
+        "reject": {"ThreadBusyError"},
+        "enqueue": set(),
+        "interrupt": {"RunInterruptedError"},
+        "rollback": {"RunRolledBackError", "RunInterruptedError"},
+    }[strategy]
+    assert {outcome[m] for m in refused} <= expected_refusal, outcome
+    if strategy in ("reject", "rollback"):
+        # Never written (reject), or deleted (rollback): nowhere, Redis included.
+        assert head == [line for m in sorted(accepted, key=head.index) for line in turn(m)]
+        for msg in refused:
+            assert race.traces(msg) == [], msg
+    if strategy == "interrupt":
+        # A stopped run's completed steps stay, and nothing else of anyone.
+        assert set(head) <= {line for m in sent for line in turn(m)}
+        for msg in refused:
+            assert f"{msg}:answer" not in head
+    if strategy == "enqueue":
+        # All of them, one after another in arrival order.
+        by_arrival = sorted(records.values(), key=lambda r: r.seq)
+        runs_of = {d["run_id"]: msg for msg, d in done.items()}
+        assert head == [line for r in by_arrival for line in turn(runs_of[r.run_id])]
+    # The records agree with what each sender was told.
+    final = {"success": "success", "ThreadBusyError": None, "RunInterruptedError": "interrupted",
+             "RunRolledBackError": "rolled_back"}  # fmt: skip
+    if strategy == "rollback":  # told while its rollback was under way: rolled back now
+        final["RunInterruptedError"] = "rolled_back"
+    for msg, d in done.items():
+        status = records[d["run_id"]].status if d["run_id"] in records else None
+        assert status == final[d["outcome"]], (msg, d, status)
+    with race.saver() as saver:
+        assert saver.threads.get(race.thread).status == "idle"
+
+
+def test_a_killed_runs_lease_lapses_and_the_queue_moves_on(
+    workers: list[Worker], pg_url: str
+) -> None:
+    truncate(pg_url)
+    race, doomed = Race(pg_url, "postgres"), Worker()
+    try:
+        race.run(doomed, "qa1", "reject", gate=True, lease=1.5)
+        doomed.expect(event="entered", msg="qa1")
+        os.killpg(doomed.proc.pid, signal.SIGKILL)
+        doomed.proc.wait()
+        race.run(workers[0], "qb1", "enqueue", lease=1.5)
+        assert workers[0].expect(event="done", id="qb1")["outcome"] == "success"
+    finally:
+        doomed.stop()
+    assert race.head() == ["qa1", "qa1:think", *turn("qb1")]
+    statuses = sorted((r.status, r.error or "") for r in race.records().values())
+    assert statuses[0][0] == "error" and "stopped renewing its lease" in statuses[0][1]
+    assert statuses[1] == ("success", "")
+
+
+# In-process: the asyncio driver, PgBouncer, and the guards' own tests.
+
+
+class Chat(TypedDict):
+    messages: Annotated[list[str], operator.add]
+
+
+def gated_graph(saver: Any, gates: dict[str, Any]) -> Any:
+    """START -> answer -> END; `answer` waits for gates[msg] when there is one."""
+
+    async def answer(state: Chat) -> dict:
+        msg = state["messages"][-1]
+        if msg in gates:
+            gates[msg][0].set()
+            await gates[msg][1].wait()
+        return {"messages": [f"{msg}:answer"]}
+
+    builder = StateGraph(Chat)
+    builder.add_node("answer", answer)
+    builder.add_edge(START, "answer")
+    builder.add_edge("answer", END)
+    return builder.compile(checkpointer=saver)
+
+
+def echo_graph(saver: Any, hold: Callable[[str], None] = lambda msg: None) -> Any:
+    """START -> answer -> END, blocking: `answer` calls hold(msg) first."""
+
+    def answer(state: Chat) -> dict:
+        hold(state["messages"][-1])
+        return {"messages": [f"{state['messages'][-1]}:answer"]}
+
+    builder = StateGraph(Chat)
+    builder.add_node("answer", answer)
+    builder.add_edge(START, "answer")
+    builder.add_edge("answer", END)
+    return builder.compile(checkpointer=saver)
+
+
+async def test_async_enqueue_then_interrupt(pg_url: str) -> None:
+    truncate(pg_url)
+    config = {"configurable": {"thread_id": "async-t"}}
+    async with AsyncColosseumSaver.from_conn_string(pg_url, pool_size=4) as saver:
+        gates = {m: (asyncio.Event(), asyncio.Event()) for m in ("a", "c")}
+        runs = saver.runs(gated_graph(saver, gates), "enqueue")
+        # durability="sync": a step's checkpoint is stored before the next step
+        # begins, so the interrupted run's stored steps are known exactly.
+        run = partial(runs.ainvoke, config=config, durability="sync")
+        first = asyncio.ensure_future(run({"messages": ["a"]}))
+        await gates["a"][0].wait()
+        second = asyncio.ensure_future(run({"messages": ["b"]}))
+        while not await saver.runs.alist("async-t", status="pending"):
+            await asyncio.sleep(0.01)
+        gates["a"][1].set()
+        await first
+        assert (await second)["messages"] == ["a", "a:answer", "b", "b:answer"]
+
+        third = asyncio.ensure_future(run({"messages": ["c"]}))
+        await gates["c"][0].wait()
+        chunks = [c async for c in runs.astream({"messages": ["d"]}, config,
+                                                multitask_strategy="interrupt")]  # fmt: skip
+        assert chunks[-1] == {"answer": {"messages": ["d:answer"]}}
+        gates["c"][1].set()
+        with pytest.raises(RunInterruptedError):
+            await third
+        state = await runs.aget_state(config)
+        assert state.values["messages"] == ["a", "a:answer", "b", "b:answer", "c", "d",
+                                            "d:answer"]  # fmt: skip
+        statuses = [r.status for r in await saver.runs.alist("async-t")]
+        assert statuses == ["success", "success", "interrupted", "success"]
+        info = await saver.runs.ajoin((await saver.runs.alist("async-t"))[-1].run_id)
+        assert info.status == "success"
+
+
+def test_enqueue_through_pgbouncer_polls(pg_url: str, bouncer_url: str) -> None:
+    truncate(pg_url)
+    config = {"configurable": {"thread_id": "bouncer-t"}}
+    with ColosseumSaver.from_conn_string(bouncer_url, pool_size=4, pgbouncer=True) as saver:
+        entered, release = threading.Event(), threading.Event()
+
+        def hold(msg: str) -> None:
+            if msg == "a":
+                entered.set()
+                release.wait(WAIT)
+
+        runs = saver.runs(echo_graph(saver, hold), "enqueue")
+        first = threading.Thread(target=runs.invoke, args=({"messages": ["a"]}, config))
+        first.start()
+        entered.wait(WAIT)
+        results: list[Any] = []
+        second = threading.Thread(
+            target=lambda: results.append(runs.invoke({"messages": ["b"]}, config))
+        )
+        second.start()
+        wait_until(lambda: saver.runs.list("bouncer-t", status="pending"))
+        release.set()
+        first.join(WAIT)
+        second.join(WAIT)
+        assert results[0]["messages"] == ["a", "a:answer", "b", "b:answer"]
+        cancelled = saver.runs.cancel(thread_id="bouncer-t")
+        assert cancelled == []  # nothing left running
+
+
+def test_a_queued_run_waits_behind_an_earlier_live_one(pg_url: str) -> None:
+    """Guard: a run may not take a free thread while a live run queued before it."""
+    truncate(pg_url)
+    with psycopg.connect(pg_url, autocommit=True) as conn:
+        conn.execute(
+            multitask.ENQUEUE,
+            {"thread_id": "queued-t", "run_id": "earlier", "holder": "elsewhere:1", "lease": 60},
+        )
+    config = {"configurable": {"thread_id": "queued-t"}}
+    with ColosseumSaver.from_conn_string(pg_url, pool_size=2) as saver:
+        runs = saver.runs(echo_graph(saver), "enqueue", queue_timeout=timedelta(seconds=0.3))
+        with pytest.raises(ThreadBusyError):
+            runs.invoke({"messages": ["x"]}, config, multitask_strategy="reject")
+        with pytest.raises(RunQueueTimeoutError):
+            runs.invoke({"messages": ["y"]}, config)
+        assert saver.runs.cancel(thread_id="queued-t") == ["earlier"]
+        assert runs.invoke({"messages": ["z"]}, config)["messages"] == ["z", "z:answer"]
+        statuses = {r.run_id: r.status for r in saver.runs.list("queued-t")}
+        assert statuses["earlier"] == "interrupted"
+        assert sorted(statuses.values()) == ["error", "interrupted", "success"]
+
+
+def test_a_stopped_run_never_ends_as_success(pg_url: str) -> None:
+    """Guard: a run stopped by another one cannot record success afterwards, even
+    when it has nothing left to write (its fence is never met again)."""
+    truncate(pg_url)
+    with ColosseumSaver.from_conn_string(pg_url, pool_size=2) as saver:
+        token = saver._run(
+            multitask.start(saver._store, "stop-t", "first", "reject", "here:1", 30, None)
+        )
+        saver._run(multitask.start(saver._store, "stop-t", "second", "interrupt", "here:1", 30,
+                                   None))  # fmt: skip
+        ended, status, by = saver._run(multitask.finish("stop-t", "first", token, "success", None))
+        assert (ended, status, by) == (False, "interrupted", "second")
+        assert saver.runs.get("first").status == "interrupted"
+        with pytest.raises(TimeoutError):
+            saver.runs.join("second", timeout=0.2)
+        second = saver.runs.get("second")
+        saver._run(multitask.finish("stop-t", "second", 2, "success", None))
+        assert saver.runs.join("second", timeout=WAIT).status == "success"
+        assert second.status == "running"
+
+
+def wait_until(condition: Callable[[], Any], timeout: float = WAIT) -> Any:
+    """Poll `condition` (a query) until it is truthy: a precondition, not a timing bet."""
+    deadline = time.monotonic() + timeout
+    while not (result := condition()):
+        if time.monotonic() > deadline:
+            raise AssertionError("condition not met in time")
+        time.sleep(0.02)
+    return result
+
+
+def test_a_refused_put_of_a_deleted_run_leaves_the_holders_row(pg_url: str) -> None:
+    """Guard: a put refused because its run was rolled back does not take away the
+    registry row of a thread with no checkpoint left, when another run holds it:
+    that row is the new run's fence (its writes would all be refused)."""
+    truncate(pg_url)
+    config = {"configurable": {"thread_id": "fresh-t", "checkpoint_ns": ""}}
+    with ColosseumSaver.from_conn_string(pg_url, pool_size=2) as saver:
+        saver._run(multitask.start(saver._store, "fresh-t", "holder", "reject", "here:1", 30,
+                                   None))  # fmt: skip
+        saver.delete_for_runs(["rolled-back"])
+        with pytest.raises(CheckpointDeletedError):
+            saver.put(config, empty_checkpoint(), {"run_id": "rolled-back"}, {})
+        with psycopg.connect(pg_url, autocommit=True) as conn:
+            owner = conn.execute(
+                "SELECT run_owner FROM colosseum_threads WHERE thread_id = 'fresh-t'"
+            ).fetchall()
+        assert owner == [("holder",)]
