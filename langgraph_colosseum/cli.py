@@ -556,6 +556,24 @@ def ledger(
 
 
 @_command()
+def runs(
+    thread: Annotated[str, typer.Argument(help="A thread id, or a unique prefix of one.")],
+    as_json: bool = JSON_OPTION,
+) -> None:
+    """The thread's runs: those saver.runs(graph) recorded (strategy, status, the
+    process that ran it, who stopped it) and those that wrote checkpoints."""
+    with _inspector() as look:
+        thread_id = look.thread_id(thread)
+        found = look.runs(thread_id)
+    table = _table("run", "status", "strategy", "checkpoints", "process", "stopped by / error",
+                   title=f"{thread_id}: runs", short=("status",))  # fmt: skip
+    for r in found["runs"]:
+        _row(table, r["run_id"], r["status"] or "", r["strategy"] or "", str(r["checkpoints"]),
+             r["holder"] or "", r["stopped_by"] or r["error"] or "")  # fmt: skip
+    _emit(found, as_json, table)
+
+
+@_command()
 def prune(
     thread: Annotated[list[str], typer.Argument(help="Thread ids (or unique prefixes).")],
     keep: int = typer.Option(1, help="Checkpoints kept per namespace (at least 1)."),

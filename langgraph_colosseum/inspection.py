@@ -253,24 +253,31 @@ class Inspector:
         }
 
     def runs(self, thread: str) -> dict[str, Any]:
-        """The runs that wrote the thread's checkpoints, and who holds its run guard."""
+        """The thread's runs, and who holds its run guard.
+
+        A run is there if it wrote checkpoints, or if `saver.runs(graph)`
+        recorded it (then with its strategy, status, process and error; a run
+        rolled back or still queued has no checkpoints). Ordered by first
+        checkpoint, then arrival.
+        """
         thread_id = self.thread_id(thread)
-        found, guard = self._run(ops.runs(thread_id))
-        out: dict[str, Any] = {
-            "thread_id": thread_id,
-            "runs": [
-                {
-                    "run_id": r[0],
-                    "checkpoints": int(r[1]),
-                    "first_checkpoint_id": r[2],
-                    "last_checkpoint_id": r[3],
-                    "started": r[4],
-                    "ended": r[5],
-                }
-                for r in found
-            ],
-            "guard": None,
-        }
+        found, guard, records = self._run(ops.runs(thread_id))
+        by_id: dict[str, dict[str, Any]] = {}
+        for r in found:
+            by_id[r[0]] = {
+                "run_id": r[0], "checkpoints": int(r[1]), "first_checkpoint_id": r[2],
+                "last_checkpoint_id": r[3], "started": r[4], "ended": r[5], "status": None,
+                "strategy": None, "holder": None, "stopped_by": None, "error": None,
+            }  # fmt: skip
+        for run_id, strategy, status, holder, created, started, ended, by, error in records:
+            run = by_id.setdefault(run_id, {
+                "run_id": run_id, "checkpoints": 0, "first_checkpoint_id": None,
+                "last_checkpoint_id": None, "started": readable(started or created),
+                "ended": readable(ended),
+            })  # fmt: skip
+            run.update(status=status, strategy=strategy, holder=holder, stopped_by=by,
+                       error=error)  # fmt: skip
+        out: dict[str, Any] = {"thread_id": thread_id, "runs": list(by_id.values()), "guard": None}
         if guard is not None and guard[0] is not None:
             owner, token, until, live = guard
             out["guard"] = {"owner": owner, "token": int(token), "lease_until": readable(until),

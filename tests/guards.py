@@ -39,6 +39,7 @@ ROOT = Path(__file__).resolve().parents[1]
 GUARD_TESTS = "tests/integration/test_guards.py"
 HOT_TRUTH = "tests/integration/test_hot_truth.py"
 STORE_HOT = "tests/integration/test_store_hot.py"
+RUNS = "tests/integration/test_runs.py"
 
 
 @dataclass(frozen=True)
@@ -345,6 +346,34 @@ GUARDS: list[Guard] = [
         original="if seen.hit and not (seen.has_ttl and op.refresh_ttl):",
         mutant="if seen.hit:",
         tests=(f"{STORE_HOT}::test_a_ttl_item_lives_in_redis_no_longer_than_in_postgres",),
+    ),
+    Guard(
+        name="runs: a refused put of a deleted run keeps the registry row a run holds",
+        file="langgraph_colosseum/_core/sql.py",
+        original="      AND t.head_checkpoint_id IS NULL AND t.run_owner IS NULL\n",
+        mutant="      AND t.head_checkpoint_id IS NULL\n",
+        tests=(f"{RUNS}::test_a_refused_put_of_a_deleted_run_leaves_the_holders_row",),
+    ),
+    Guard(
+        name="runs: reject / enqueue take the thread only when no live run holds it",
+        file="langgraph_colosseum/_core/multitask.py",
+        original="OR ((run_owner IS NULL OR run_lease_until IS NULL OR run_lease_until < now())",
+        mutant="OR ((true",
+        tests=(f"{RUNS}::test_reject_the_second_run_never_writes[postgres]",),
+    ),
+    Guard(
+        name="runs: a queued run waits behind a live run that arrived before it",
+        file="langgraph_colosseum/_core/multitask.py",
+        original="AND NOT EXISTS (SELECT 1 FROM ahead)",
+        mutant="AND true",
+        tests=(f"{RUNS}::test_a_queued_run_waits_behind_an_earlier_live_one",),
+    ),
+    Guard(
+        name="runs: a run stopped by another never ends as a success",
+        file="langgraph_colosseum/_core/multitask.py",
+        original="AND (r.status = 'running'",
+        mutant="AND (true",
+        tests=(f"{RUNS}::test_a_stopped_run_never_ends_as_success",),
     ),
 ]
 

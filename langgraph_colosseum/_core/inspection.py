@@ -196,11 +196,22 @@ FROM unnest(%(thread_ids)s::text[]) AS t(thread_id)
 """
 
 
-def runs(thread_id: str) -> Operation[tuple[list[tuple], tuple | None]]:
-    """(one row per run that wrote checkpoints, the guard's row or None)."""
+# The records of saver.runs(graph) (colosseum_runs), in arrival order.
+RUN_RECORDS = """
+SELECT run_id, strategy, status, holder, created_at, started_at, ended_at, stopped_by, error
+FROM colosseum_runs
+WHERE thread_id = %(thread_id)s
+ORDER BY seq
+"""
+
+
+def runs(thread_id: str) -> Operation[tuple[list[tuple], tuple | None, list[tuple]]]:
+    """(one row per run that wrote checkpoints, the guard's row or None, the run
+    records of saver.runs)."""
     found = yield Query(RUNS, {"thread_id": thread_id})
     guard = yield Query(GUARD, {"thread_id": thread_id})
-    return list(found), (guard[0] if guard else None)
+    records = yield Query(RUN_RECORDS, {"thread_id": thread_id})
+    return list(found), (guard[0] if guard else None), list(records)
 
 
 def thread_sizes(thread_ids: list[str]) -> Operation[dict[str, tuple[int, int]]]:

@@ -538,13 +538,15 @@ def _runs_section(runs: dict[str, Any]) -> str:
         else "free"
     )
     rows = "".join(
-        f"<tr><td>{_e(r['run_id'])}</td><td class=num>{r['checkpoints']}</td>"
+        f"<tr><td>{_e(r['run_id'])}</td><td>{_e(r.get('status') or '')}</td>"
+        f"<td class=num>{r['checkpoints']}</td>"
         f"<td>{_e(r['started'])}</td><td>{_e(r['ended'])}</td></tr>"
         for r in runs["runs"]
     )
     return (
         f'<section><h2>runs</h2><p id="guard">run guard: {guard_text}</p>'
-        '<table id="runs"><thead><tr><th>run</th><th>checkpoints</th><th>first</th><th>last</th>'
+        '<table id="runs"><thead><tr><th>run</th><th>status</th><th>checkpoints</th><th>first</th>'
+        "<th>last</th>"
         f"</tr></thead><tbody>{rows}</tbody></table></section>"
     )
 

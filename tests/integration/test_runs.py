@@ -39,10 +39,12 @@ import pytest
 import redis
 from langgraph.checkpoint.base import empty_checkpoint
 from langgraph.graph import END, START, StateGraph
+from typer.testing import CliRunner
 from typing_extensions import TypedDict
 
 from langgraph_colosseum import AsyncColosseumSaver, ColosseumSaver
 from langgraph_colosseum._core import multitask
+from langgraph_colosseum.cli import app
 from langgraph_colosseum.errors import (
     CheckpointDeletedError,
     RunInterruptedError,
@@ -479,6 +481,26 @@ def test_a_stopped_run_never_ends_as_success(pg_url: str) -> None:
         saver._run(multitask.finish("stop-t", "second", 2, "success", None))
         assert saver.runs.join("second", timeout=WAIT).status == "success"
         assert second.status == "running"
+
+
+def test_the_cli_shows_runs(pg_url: str, monkeypatch: pytest.MonkeyPatch) -> None:
+    truncate(pg_url)
+    config = {"configurable": {"thread_id": "cli-t"}}
+    with ColosseumSaver.from_conn_string(pg_url, pool_size=2) as saver:
+        runs = saver.runs(echo_graph(saver), "reject")
+        runs.invoke({"messages": ["one"]}, config)
+        saver._run(multitask.start(saver._store, "cli-t", "stuck", "enqueue", "elsewhere:7", 60,
+                                   None))  # fmt: skip
+        saver.runs.cancel("stuck")
+    monkeypatch.setenv("COLOSSEUM_DATABASE_URL", pg_url)
+    result = CliRunner().invoke(app, ["runs", "cli-t", "--json"])
+    assert result.exit_code == 0, result.output
+    shown = {r["run_id"]: r for r in json.loads(result.output)["runs"]}
+    assert sorted((r["status"], r["strategy"], r["checkpoints"] > 0) for r in shown.values()) == [
+        ("interrupted", "enqueue", False), ("success", "reject", True)]  # fmt: skip
+    assert shown["stuck"]["holder"] == "elsewhere:7" and shown["stuck"]["stopped_by"] == "cancel"
+    text = CliRunner().invoke(app, ["runs", "cli-t"])
+    assert text.exit_code == 0 and "interrupted" in text.output
 
 
 def wait_until(condition: Callable[[], Any], timeout: float = WAIT) -> Any:
