@@ -13,6 +13,7 @@ EXAMPLES = sorted((Path(__file__).parents[2] / "examples").glob("*.py"))
 
 # What each example prints once it has shown its point (each also asserts it).
 SHOWS = {
+    "double_texting": "rollback: nothing of the first run remains",
     "idempotent_tools": "run 1: ",  # and runs 2 and 3 below it; the bank executed 1 payment
     "multi_agent_committee": "the broker received 1 order(s)",
     "quickstart": "SQL: latest ticker of this thread = TSLA (reviewed)",
