@@ -386,7 +386,21 @@ def test_prune_under_a_run_on_an_older_checkpoint(saver: ColosseumSaver, pg_url:
     history = list(plain.get_state_history(cfg(tid)))
     fork_from = next(h for h in history if h.next == ("purge",))
 
+    # Resumed at an older checkpoint, LangGraph first saves a "fork" copy of it as
+    # the thread's latest, from a background thread that may still be writing when
+    # `purge` starts. The second turn waits for that fork, so it always starts from
+    # it (state: first, noted) rather than from whichever head won the race.
+    fork_saved = threading.Event()
+    put = saver.put
+
+    def put_noting_the_fork(config: Any, checkpoint: Any, metadata: Any, versions: Any) -> Any:
+        stored = put(config, checkpoint, metadata, versions)
+        if metadata.get("source") == "fork":
+            fork_saved.set()
+        return stored
+
     def second_turn() -> None:
+        assert fork_saved.wait(60), "the resumed run saved no fork checkpoint"
         plain.invoke({"messages": [HumanMessage("second", id="h-s")]}, cfg(tid))
 
     def purge(state: Chat) -> dict:
@@ -399,12 +413,15 @@ def test_prune_under_a_run_on_an_older_checkpoint(saver: ColosseumSaver, pg_url:
         return {"messages": [AIMessage(SECRET, id="ai-secret")]}
 
     graph = chat_graph(saver, purge)
+    saver.put = put_noting_the_fork  # type: ignore[method-assign]
     with pytest.raises(CheckpointDeletedError):
         graph.invoke(None, fork_from.config, durability="sync")
     head = saver.get_tuple(cfg(tid))
     assert head is not None  # the second turn's, kept by prune
+    # The second turn ran on the fork (first, noted): its message comes before the
+    # reply, which re-answers the thread's first message.
     assert [m.content for m in head.checkpoint["channel_values"]["messages"]] == [
-        "first", "noted", "you said: first", "second"
+        "first", "noted", "second", "you said: first"
     ]  # fmt: skip
     assert list(saver.list(cfg(tid))) == [head]
     assert saver.get_tuple(fork_from.config) is None

@@ -346,7 +346,11 @@ def test_registering_later_does_not_trust_other_names(
 # the same channel (`base_version`); reading walks that chain in SQL and in
 # Python. Rows that break the chain must give CorruptRowError, promptly.
 
-READ_TIMEOUT_S = 3.0  # a sound read of these few rows takes milliseconds
+# A sound read of these few rows takes milliseconds; the defect this bounds is a
+# walk that never ends. The bound is generous because a loaded 2-core CI machine
+# can stall a child process for seconds (3 s failed there once), and an endless
+# walk is caught at any bound.
+READ_TIMEOUT_S = 30.0
 
 
 def insert_delta_value(
