@@ -71,6 +71,8 @@ OURS_HOT, AOURS_HOT = "ColosseumSaver+Redis", "AsyncColosseumSaver+Redis"
 OURS_BOUNCER = "ColosseumSaver+PgBouncer"
 # Ours on Postgres alone with `encryption=` (AES-256-GCM per row, one key).
 OURS_ENCRYPTED = "ColosseumSaver+Encryption"
+# Both at once (benchmarks/encryption.py; not in the main run's list).
+OURS_BOUNCER_ENCRYPTED = "ColosseumSaver+PgBouncer+Encryption"
 SYNC_SAVERS = (MEMORY, SQLITE, REF, OURS, OURS_HOT, OURS_BOUNCER, OURS_ENCRYPTED)
 ASYNC_SAVERS = (AMEMORY, ASQLITE, AREF, AOURS, AOURS_HOT)
 REDIS_URL = os.environ.get("COLOSSEUM_BENCH_REDIS_URL", "redis://127.0.0.1:6379/0")
@@ -436,11 +438,14 @@ def sync_saver(bench: Bench, name: str) -> Iterator[tuple[Any, Callable[[], int 
         with ColosseumSaver.from_conn_string(bench.url, encryption=encryption) as saver:
             saver.setup()
             yield saver, lambda: bench.table_bytes(OURS)
-    elif name == OURS_BOUNCER:
+    elif name in (OURS_BOUNCER, OURS_BOUNCER_ENCRYPTED):
         if bench.bouncer_url is None:
             raise Skipped("no PgBouncer in this run (pgbouncer is not installed)")
         bench.truncate(OURS)
-        with ColosseumSaver.from_conn_string(bench.bouncer_url, pgbouncer=True) as saver:
+        options: dict[str, Any] = {"pgbouncer": True}
+        if name == OURS_BOUNCER_ENCRYPTED:
+            options["encryption"] = Encryption({"bench": os.urandom(32)})
+        with ColosseumSaver.from_conn_string(bench.bouncer_url, **options) as saver:
             saver.setup()
             yield saver, lambda: bench.table_bytes(OURS)
     else:  # pragma: no cover

@@ -40,6 +40,7 @@ GUARD_TESTS = "tests/integration/test_guards.py"
 HOT_TRUTH = "tests/integration/test_hot_truth.py"
 STORE_HOT = "tests/integration/test_store_hot.py"
 RUNS = "tests/integration/test_runs.py"
+ENCRYPTION_TESTS = "tests/integration/test_encryption_everywhere.py"
 
 
 @dataclass(frozen=True)
@@ -374,6 +375,37 @@ GUARDS: list[Guard] = [
         original="AND (r.status = 'running'",
         mutant="AND (true",
         tests=(f"{RUNS}::test_a_stopped_run_never_ends_as_success",),
+    ),
+    Guard(
+        name="rekey: a value row is re-sealed only as it was read (a prune compacts it meanwhile)",
+        file="langgraph_colosseum/_core/sql.py",
+        original=(
+            "  AND encoding = %(old_encoding)s AND value::text IS NOT DISTINCT FROM %(old_json)s\n"
+            "  AND value_bytes IS NOT DISTINCT FROM %(old_data)s\n"
+            "  AND value_type IS NOT DISTINCT FROM %(old_type)s\n"
+        ),
+        mutant="",
+        tests=(f"{ENCRYPTION_TESTS}::test_rekey_leaves_rows_a_writer_changed_meanwhile[postgres]",),
+    ),
+    Guard(
+        name="rekey: a registry row is re-sealed only as it was read (a merge meanwhile)",
+        file="langgraph_colosseum/_core/sql.py",
+        original="  AND metadata::text = %(old_metadata)s AND state_values::text = %(old_values)s",
+        mutant="",
+        tests=(f"{ENCRYPTION_TESTS}::test_rekey_leaves_rows_a_writer_changed_meanwhile[postgres]",),
+    ),
+    Guard(
+        name="rekey: a ledger row is re-sealed only as it was read (a call completes meanwhile)",
+        file="langgraph_colosseum/_core/sql.py",
+        original=(
+            "  AND input::text IS NOT DISTINCT FROM %(old_input)s\n"
+            "  AND output::text IS NOT DISTINCT FROM %(old_output)s\n"
+            "  AND output_bytes IS NOT DISTINCT FROM %(old_output_bytes)s\n"
+            "  AND output_type IS NOT DISTINCT FROM %(old_output_type)s\n"
+            "  AND error IS NOT DISTINCT FROM %(old_error)s\n"
+        ),
+        mutant="",
+        tests=(f"{ENCRYPTION_TESTS}::test_rekey_leaves_rows_a_writer_changed_meanwhile[postgres]",),
     ),
 ]
 

@@ -382,3 +382,80 @@ def test_store_items_are_sealed(pg_url: str, mode: str) -> None:
     with ColosseumStore.from_conn_string(pg_url, encryption=Encryption({"k2": KEY_2})) as store:
         assert store.get(("users", "u3"), "profile").value == {"name": SECRET}
         assert store.get(("users", "u4"), "profile").value == {"name": SECRET}
+
+
+# ------------------------------------------------------------ rekey against writers
+
+
+def test_rekey_leaves_rows_a_writer_changed_meanwhile(pg_url: str, mode: str) -> None:
+    """Between rekey's read of a batch and its write, a writer changes rows: a
+    prune compacts a delta row, a threads.update merges metadata, a tool call
+    completes. Rekey leaves those rows as the writer left them (its update
+    names the row as read), and its next run takes them. Driven in order, not
+    by timing: the write runs right after rekey's select returned."""
+    from langgraph_colosseum._core import io, sql
+    from langgraph_colosseum._core.io import Query
+    from langgraph_colosseum._core.rekey import rekey
+    from tests.integration.test_tools import CALLS
+
+    CALLS.clear()
+    with open_saver(pg_url, mode, searchable()) as saver:
+        _chat_with_metadata(saver, "race")
+        answers = _ledger_call(saver)
+    with psycopg.connect(pg_url) as conn:
+        compacted = conn.execute(
+            "SELECT count(*) FROM colosseum_channel_values WHERE thread_id = 'race' "
+            "AND encoding IN ('append', 'merge')"
+        ).fetchone()[0]
+        assert compacted > 0  # prune will rewrite delta rows of the kept checkpoint
+        ((key, output, output_type),) = conn.execute(
+            "SELECT idempotency_key, output_bytes, output_type FROM colosseum_tool_calls "
+            "WHERE tool_name = 'shout'"
+        ).fetchall()
+        # The call is still running when rekey reads it; it completes meanwhile.
+        conn.execute(
+            "UPDATE colosseum_tool_calls SET status = 'RUNNING', output_bytes = NULL, "
+            "output_type = NULL WHERE idempotency_key = %s",
+            (key,),
+        )
+
+    def complete() -> None:
+        with psycopg.connect(pg_url) as conn:
+            conn.execute(
+                "UPDATE colosseum_tool_calls SET status = 'SUCCESS', output_bytes = %s, "
+                "output_type = %s WHERE idempotency_key = %s",
+                (output, output_type, key),
+            )
+
+    both = Encryption({"k2": KEY_2, "k1": KEY_1}, searchable_metadata=["user_id"])
+    with open_saver(pg_url, mode, both) as saver, open_saver(pg_url, mode, both) as writer:
+        history = repr(
+            [t.checkpoint for t in saver.list({"configurable": {"thread_id": "race"}})][:1]
+        )
+        meanwhile = {
+            sql.REKEY_SELECT_VALUES.format(where=sql.REKEY_OLD_KEY): lambda: writer.prune(
+                ["race"], keep=1
+            ),
+            sql.REKEY_SELECT_REGISTRY: lambda: writer.threads.update(
+                "race", metadata={"note": "changed meanwhile"}
+            ),
+            sql.REKEY_SELECT_LEDGER: complete,
+        }
+
+        def perform(request):
+            result = saver._perform(request)
+            if isinstance(request, Query) and request.sql in meanwhile:
+                meanwhile.pop(request.sql)()
+            return result
+
+        io.run(rekey(saver._store.codec), perform)
+        assert meanwhile == {}
+        saver.rekey()  # the rows left to the next run
+    flush_cache()
+    only_new = Encryption({"k2": KEY_2}, searchable_metadata=["user_id"])
+    with open_saver(pg_url, mode, only_new) as saver:
+        latest = saver.list({"configurable": {"thread_id": "race"}})
+        assert repr([t.checkpoint for t in latest][:1]) == history
+        assert saver.threads.get("race").metadata["note"] == "changed meanwhile"
+        assert _ledger_call(saver) == answers
+        assert len(CALLS) == 2  # the completed call's output, not run again
