@@ -81,6 +81,10 @@ INSERT INTO colosseum_threads (thread_id) VALUES (%(thread_id)s) ON CONFLICT DO 
 # flight commits before this transaction reads the row, or is judged after it.
 LOCK_THREAD = "SELECT 1 FROM colosseum_threads WHERE thread_id = %(thread_id)s FOR UPDATE"
 
+# A run's started_at / ended_at are clock_timestamp(), not now(): now() is when the
+# transaction began, and a TAKE's transaction may begin before the previous run's
+# FINISH and then wait on LOCK_THREAD, which would date the start before that end.
+#
 # Under LOCK_THREAD: take the thread when this run may, mark the run it took it
 # from (stopped while live, abandoned when its lease had lapsed), record this
 # run as running; else renew a queued run's place. Returns (token or NULL, the
@@ -119,7 +123,7 @@ stopped AS (
     UPDATE colosseum_runs r
     SET status = CASE WHEN thread.run_lease_until > now() THEN 'interrupted' ELSE 'error' END,
         error = CASE WHEN thread.run_lease_until > now() THEN NULL ELSE %(lapsed)s END,
-        stopped_by = %(run_id)s, ended_at = now()
+        stopped_by = %(run_id)s, ended_at = clock_timestamp()
     FROM thread
     WHERE EXISTS (SELECT 1 FROM go) AND r.thread_id = %(thread_id)s
       AND r.run_id = thread.run_owner AND r.status = 'running'
@@ -129,10 +133,10 @@ mine AS (
     INSERT INTO colosseum_runs AS r
         (thread_id, run_id, strategy, status, holder, token, started_at, metadata_before)
     SELECT %(thread_id)s, %(run_id)s, %(strategy)s, 'running', %(holder)s, taken.run_token,
-           now(), thread.metadata
+           clock_timestamp(), thread.metadata
     FROM taken, thread
     ON CONFLICT (thread_id, run_id) DO UPDATE
-    SET status = 'running', token = EXCLUDED.token, started_at = now(), lease_until = NULL,
+    SET status = 'running', token = EXCLUDED.token, started_at = clock_timestamp(), lease_until = NULL,
         metadata_before = EXCLUDED.metadata_before
 ),
 waiting AS (
@@ -172,7 +176,7 @@ ORDER BY r.seq DESC
 
 GIVE_UP = """
 UPDATE colosseum_runs
-SET status = 'error', error = %(error)s, ended_at = now(), lease_until = NULL
+SET status = 'error', error = %(error)s, ended_at = clock_timestamp(), lease_until = NULL
 WHERE thread_id = %(thread_id)s AND run_id = %(run_id)s AND status = 'pending'
 """
 
@@ -186,7 +190,7 @@ WITH run AS (
 ),
 mine AS (
     UPDATE colosseum_runs r
-    SET status = %(status)s, error = %(error)s, ended_at = now(), stopped_by = NULL
+    SET status = %(status)s, error = %(error)s, ended_at = clock_timestamp(), stopped_by = NULL
     WHERE r.thread_id = %(thread_id)s AND r.run_id = %(run_id)s
       AND (r.status = 'running'
            OR (r.stopped_by = 'lease' AND EXISTS (
@@ -203,7 +207,7 @@ SELECT EXISTS (SELECT 1 FROM mine), (SELECT status FROM run), (SELECT stopped_by
 # queued without a live place. Marked so that no record says `running` forever.
 SETTLE = """
 UPDATE colosseum_runs r
-SET status = 'error', stopped_by = 'lease', ended_at = now(), lease_until = NULL,
+SET status = 'error', stopped_by = 'lease', ended_at = clock_timestamp(), lease_until = NULL,
     error = CASE WHEN r.status = 'pending' THEN %(queue_lapsed)s ELSE %(lapsed)s END
 WHERE r.thread_id = %(thread_id)s
   AND ((r.status = 'pending' AND r.lease_until < now())
@@ -236,7 +240,7 @@ WHERE thread_id = %(thread_id)s AND status IN ('pending', 'running')
 
 CANCEL = """
 UPDATE colosseum_runs
-SET status = 'interrupted', stopped_by = 'cancel', ended_at = now(), lease_until = NULL
+SET status = 'interrupted', stopped_by = 'cancel', ended_at = clock_timestamp(), lease_until = NULL
 WHERE thread_id = %(thread_id)s AND run_id = ANY(%(run_ids)s::text[])
   AND status IN ('pending', 'running')
 RETURNING run_id
