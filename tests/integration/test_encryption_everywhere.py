@@ -465,3 +465,31 @@ def test_rekey_leaves_rows_a_writer_changed_meanwhile(pg_url: str, mode: str) ->
         assert saver.threads.get("race").metadata["note"] == "changed meanwhile"
         assert _ledger_call(saver) == answers
         assert len(CALLS) == 2  # the completed call's output, not run again
+
+
+# ------------------------------------------------------------ through PgBouncer
+
+
+def test_encryption_through_pgbouncer(mode: str, bouncer_url: str) -> None:
+    """Everything above needs no session state: a run, its metadata search,
+    copy_thread and rekey work through PgBouncer in transaction mode."""
+    both = Encryption({"k2": KEY_2, "k1": KEY_1}, searchable_metadata=["user_id"])
+    options = {"pgbouncer": True, "pool_size": 2, **cache_options(mode)}
+    with ColosseumSaver.from_conn_string(bouncer_url, encryption=searchable(), **options) as saver:
+        _chat_with_metadata(saver, "bouncer-a")
+        saver.copy_thread("bouncer-a", "bouncer-b")
+        found = list(saver.list(None, filter={"user_id": "user-of-bouncer-a"}))
+        assert {t.config["configurable"]["thread_id"] for t in found} == {"bouncer-a", "bouncer-b"}
+        assert all(t.metadata["note"] == SECRET for t in found)
+    with ColosseumSaver.from_conn_string(bouncer_url, encryption=both, **options) as saver:
+        assert saver.rekey(batch_size=5) > 0
+        assert saver.rekey() == 0
+    flush_cache()
+    only_new = Encryption({"k2": KEY_2}, searchable_metadata=["user_id"])
+    with ColosseumSaver.from_conn_string(bouncer_url, encryption=only_new, **options) as saver:
+        graph = chat_graph(Counter()).compile(checkpointer=saver)
+        states = [
+            graph.get_state({"configurable": {"thread_id": t}}).values
+            for t in ("bouncer-a", "bouncer-b")
+        ]
+        assert repr(states[0]) == repr(states[1])
