@@ -134,6 +134,15 @@ def conflict_pause(conflicts: int) -> float:
     return random.uniform(0, 0.005 * conflicts)
 
 
+# _IMPLICIT_TRANSACTION. A `Transaction` on an autocommit connection is sent as
+# one pipeline with no BEGIN / COMMIT: Postgres runs everything up to the
+# pipeline's Sync as one implicit transaction (a failure rolls all of it back,
+# and `pg_advisory_xact_lock` holds until the Sync), while each statement still
+# takes its own snapshot (READ COMMITTED), which is what the thread write lock
+# needs (sql.WRITE_LOCK). The two statements saved were half of every put's
+# and put_writes' (conc-32: 21 statements per invoke before, 13 after).
+
+
 def perform(conn: psycopg.Connection, request: Request) -> Any:
     with schema_errors():
         return _perform(conn, request)
@@ -148,8 +157,12 @@ def _perform(conn: psycopg.Connection, request: Request) -> Any:
                 cursor = conn.execute(request.sql, request.params, prepare=request.prepare)
         return cursor.fetchall() if request.fetch else None
     assert isinstance(request, Transaction)
-    with conn.pipeline(), conn.transaction():
-        cursors = [conn.execute(q.sql, q.params, prepare=q.prepare) for q in request.queries]
+    if conn.autocommit:  # one implicit transaction: see _IMPLICIT_TRANSACTION
+        with conn.pipeline():
+            cursors = [conn.execute(q.sql, q.params, prepare=q.prepare) for q in request.queries]
+    else:
+        with conn.pipeline(), conn.transaction():
+            cursors = [conn.execute(q.sql, q.params, prepare=q.prepare) for q in request.queries]
     return [c.fetchall() if q.fetch else None for c, q in zip(cursors, request.queries)]
 
 
@@ -167,6 +180,14 @@ async def _aperform(conn: psycopg.AsyncConnection, request: Request) -> Any:
                 cursor = await conn.execute(request.sql, request.params, prepare=request.prepare)
         return await cursor.fetchall() if request.fetch else None
     assert isinstance(request, Transaction)
-    async with conn.pipeline(), conn.transaction():
-        cursors = [await conn.execute(q.sql, q.params, prepare=q.prepare) for q in request.queries]
+    if conn.autocommit:  # one implicit transaction: see _IMPLICIT_TRANSACTION
+        async with conn.pipeline():
+            cursors = [
+                await conn.execute(q.sql, q.params, prepare=q.prepare) for q in request.queries
+            ]
+    else:
+        async with conn.pipeline(), conn.transaction():
+            cursors = [
+                await conn.execute(q.sql, q.params, prepare=q.prepare) for q in request.queries
+            ]
     return [await c.fetchall() if q.fetch else None for c, q in zip(cursors, request.queries)]

@@ -211,6 +211,42 @@ GUARDS: list[Guard] = [
         ),
     ),
     Guard(
+        name="drivers: a Transaction's statements are one transaction (blocking driver)",
+        file="langgraph_colosseum/_driver.py",
+        original=(
+            "        with conn.pipeline():\n"
+            "            cursors = [conn.execute(q.sql, q.params, prepare=q.prepare) "
+            "for q in request.queries]"
+        ),
+        mutant=(
+            "        with conn.pipeline() as pipe:\n"
+            "            cursors = []\n"
+            "            for q in request.queries:\n"
+            "                cursors.append(conn.execute(q.sql, q.params, prepare=q.prepare))\n"
+            "                pipe.sync()"
+        ),
+        tests=("tests/integration/test_drivers.py::test_a_transaction_is_one_transaction",),
+    ),
+    Guard(
+        name="drivers: a Transaction's statements are one transaction (asyncio driver)",
+        file="langgraph_colosseum/_driver.py",
+        original=(
+            "        async with conn.pipeline():\n"
+            "            cursors = [\n"
+            "                await conn.execute(q.sql, q.params, prepare=q.prepare) "
+            "for q in request.queries\n"
+            "            ]"
+        ),
+        mutant=(
+            "        async with conn.pipeline() as pipe:\n"
+            "            cursors = []\n"
+            "            for q in request.queries:\n"
+            "                cursors.append(await conn.execute(q.sql, q.params, prepare=q.prepare))\n"
+            "                await pipe.sync()"
+        ),
+        tests=("tests/integration/test_drivers.py::test_a_transaction_is_one_transaction",),
+    ),
+    Guard(
         name="hot head: a write statement's incarnation moves the saver to its keys",
         file="langgraph_colosseum/_core/store.py",
         original="if incarnation is None or incarnation != self.hot.incarnation:",

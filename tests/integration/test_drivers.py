@@ -302,3 +302,59 @@ def test_transaction_is_one_request(saver: ColosseumSaver) -> None:
     counter = RoundTripCounter(saver)
     saver.delete_thread("nothing-here")
     assert len(counter.requests) == 1 and isinstance(counter.requests[0], Transaction)
+
+
+def _transaction_checks(run) -> None:
+    """What a Transaction promises, on the driver `run` (a saver's `_run` / `_arun`):
+    its statements commit or roll back together, and a transaction-scoped lock
+    one of them takes holds for the rest (the thread write lock relies on it)."""
+    from langgraph_colosseum._core.io import Query, single
+
+    held = run(
+        single(
+            Transaction(
+                (
+                    Query("SELECT pg_advisory_xact_lock_shared(7401, 1)", fetch=False),
+                    Query(
+                        "SELECT count(*) FROM pg_locks WHERE locktype = 'advisory' "
+                        "AND pid = pg_backend_pid() AND classid = 7401"
+                    ),
+                )
+            )
+        )
+    )
+    assert held[1] == [(1,)]
+    run(single(Query("DROP TABLE IF EXISTS tx_probe", fetch=False)))
+    run(single(Query("CREATE TABLE tx_probe (n int)", fetch=False)))
+    with pytest.raises(psycopg.errors.DivisionByZero):
+        run(
+            single(
+                Transaction(
+                    (
+                        Query("INSERT INTO tx_probe VALUES (1)", fetch=False),
+                        Query("SELECT 1 / 0"),
+                    )
+                )
+            )
+        )
+    assert run(single(Query("SELECT count(*) FROM tx_probe"))) == [(0,)]
+    run(single(Query("DROP TABLE tx_probe", fetch=False)))
+    # The lock went with the transaction.
+    assert run(
+        single(
+            Query("SELECT count(*) FROM pg_locks WHERE locktype = 'advisory' AND classid = 7401")
+        )
+    ) == [(0,)]
+
+
+def test_a_transaction_is_one_transaction(pg_url: str) -> None:
+    with ColosseumSaver.from_conn_string(pg_url) as saver:
+        _transaction_checks(saver._run)
+    asyncio.run(_async_transaction_checks(pg_url))
+
+
+async def _async_transaction_checks(pg_url: str) -> None:
+    async with AsyncColosseumSaver.from_conn_string(pg_url) as saver:
+        loop = asyncio.get_running_loop()
+        # The blocking twin sends each operation to the saver's loop from a thread.
+        await loop.run_in_executor(None, _transaction_checks, saver._run)
