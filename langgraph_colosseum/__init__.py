@@ -4,6 +4,7 @@
 `ColosseumStore` / `AsyncColosseumStore` are the long-term memory `BaseStore`.
 """
 
+from langgraph_colosseum import telemetry
 from langgraph_colosseum._core.codec import TypeRegistry
 from langgraph_colosseum._core.crypt import Encryption
 from langgraph_colosseum._core.threads import Retention
@@ -77,6 +78,7 @@ __all__ = [
     "UntrustedTypeError",
     "ValueNotStorableError",
     "current_idempotency_key",
+    "telemetry",
 ]
 
 __version__ = "0.1.0"

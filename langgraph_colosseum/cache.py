@@ -34,6 +34,7 @@ from redis.backoff import NoBackoff
 from redis.exceptions import NoScriptError, RedisClusterException
 from redis.retry import Retry
 
+from langgraph_colosseum._core import io
 from langgraph_colosseum._core.hot import SCRIPTS as HEAD_SCRIPTS
 from langgraph_colosseum._core.hot_items import ITEM_SCRIPTS
 from langgraph_colosseum._core.io import CACHE_UNAVAILABLE, CacheCall, CacheDrop
@@ -88,6 +89,7 @@ class Breaker:
         self.backoff = 0.0
         self.missed: set[str] = set()  # thread keys whose writes Redis did not get
         self._lock = threading.Lock()
+        BREAKERS.add(self)  # the telemetry's breaker gauges read them
 
     def admit(self, request: CacheCall | CacheDrop) -> list[str] | None:
         """The keys to delete before `request` runs (what an outage missed, then
@@ -121,6 +123,8 @@ class Breaker:
             self.backoff = FIRST_BACKOFF if first else min(self.backoff * 2, MAX_BACKOFF)
             self.retry_at = time.monotonic() + self.backoff
         if first:
+            if io.observer is not None:
+                io.observer.breaker_opened()
             logger.warning(
                 "Redis hot cache unavailable (%s); serving from Postgres until it is back", exc
             )
@@ -151,6 +155,10 @@ class Breaker:
         with self._lock:
             missed, self.missed = list(self.missed), set()
         return missed
+
+
+# This process's breakers, for the breaker-state gauges (langgraph_colosseum/_otel.py).
+BREAKERS: weakref.WeakSet[Breaker] = weakref.WeakSet()
 
 
 def is_redis_failure(exc: BaseException) -> bool:

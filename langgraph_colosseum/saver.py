@@ -246,6 +246,8 @@ class ColosseumSaver(ColosseumSaverBase[Threads]):
                 conflicts += 1
                 if conflicts > RETRIES_ON_CONFLICT:
                     raise
+                if io.observer is not None:
+                    io.observer.retried("conflict")
                 time.sleep(conflict_pause(conflicts))
             except psycopg.OperationalError as exc:
                 if conn is None and not self._connected:
@@ -255,6 +257,8 @@ class ColosseumSaver(ColosseumSaverBase[Threads]):
                 if not retry or broken > RETRIES_ON_BROKEN_CONNECTION:
                     raise
                 logger.warning("Postgres connection lost (%s); retrying on a fresh one", exc)
+                if io.observer is not None:
+                    io.observer.retried("connection_lost")
                 # The server may have restarted: drop every dead idle connection at
                 # once rather than meeting them one by one.
                 assert isinstance(self.conn, ConnectionPool)  # `retry` said so

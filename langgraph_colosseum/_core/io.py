@@ -20,7 +20,7 @@ from __future__ import annotations
 import asyncio
 import time
 from collections.abc import AsyncIterator, Awaitable, Callable, Generator, Iterator, Mapping
-from typing import Any, NamedTuple, TypeVar
+from typing import Any, NamedTuple, Protocol, TypeVar
 
 T = TypeVar("T")
 
@@ -121,6 +121,26 @@ Request = Query | Transaction | Emit | Sleep | RunTool | CacheCall | CacheDrop |
 Operation = Generator[Request, Any, T]
 
 
+# Telemetry (langgraph_colosseum/telemetry.py) sets this when OpenTelemetry is
+# installed and not turned off. Every operation of every layer (checkpointer,
+# Store, tool ledger, threads) passes through the four runners below, so this is
+# the one place they are observed: `observer(op, perform, asynchronous)` returns
+# the pair to run instead. When it is None an operation pays one global lookup.
+class Observer(Protocol):
+    def __call__(
+        self, op: Operation[Any], perform: Callable[[Request], Any], asynchronous: bool
+    ) -> tuple[Operation[Any], Callable[[Request], Any]]: ...
+
+    def retried(self, reason: str) -> None:
+        """A driver is sending the current request again (`reason`: why)."""
+
+    def breaker_opened(self) -> None:
+        """A Redis circuit breaker opened."""
+
+
+observer: Observer | None = None
+
+
 # The runners. `perform` does one request's I/O; these only feed results back.
 # A runner that meets `Emit` in a non-streaming operation is a bug in the caller.
 
@@ -131,6 +151,8 @@ def single(request: Request) -> Operation[Any]:
 
 
 def run(op: Operation[T], perform: Callable[[Request], Any]) -> T:
+    if observer is not None:
+        op, perform = observer(op, perform, False)
     result = None
     while True:
         try:
@@ -147,6 +169,8 @@ def run(op: Operation[T], perform: Callable[[Request], Any]) -> T:
 
 
 def stream(op: Operation[Any], perform: Callable[[Request], Any]) -> Iterator[Any]:
+    if observer is not None:
+        op, perform = observer(op, perform, False)
     result = None
     while True:
         try:
@@ -161,6 +185,8 @@ def stream(op: Operation[Any], perform: Callable[[Request], Any]) -> Iterator[An
 
 
 async def arun(op: Operation[T], perform: Callable[[Request], Awaitable[Any]]) -> T:
+    if observer is not None:
+        op, perform = observer(op, perform, True)
     result = None
     while True:
         try:
@@ -179,6 +205,8 @@ async def arun(op: Operation[T], perform: Callable[[Request], Awaitable[Any]]) -
 async def astream(
     op: Operation[Any], perform: Callable[[Request], Awaitable[Any]]
 ) -> AsyncIterator[Any]:
+    if observer is not None:
+        op, perform = observer(op, perform, True)
     result = None
     while True:
         try:

@@ -42,6 +42,7 @@ from starlette.staticfiles import StaticFiles
 from langgraph_colosseum._core.threads import STATUSES
 from langgraph_colosseum.errors import AmbiguousIdError, InvalidConfigError, NotFoundError
 from langgraph_colosseum.inspection import Inspector
+from langgraph_colosseum.telemetry import prometheus_text
 from langgraph_colosseum.ui import tree as tree_svg
 
 STATIC = Path(__file__).parent / "static"
@@ -369,6 +370,17 @@ def create_app(
             code, message = 400, str(exc)
         return _page("error", f'<h1>error</h1><p class="error">{_e(message)}</p>', code=code)
 
+    def metrics_page(request: Request) -> Response:
+        exposition = prometheus_text()
+        if exposition is None:
+            return PlainTextResponse(
+                "404: /metrics needs the prometheus extra: "
+                'pip install "langgraph-colosseum[prometheus]"',
+                status_code=404,
+            )
+        body, content_type = exposition
+        return Response(body, media_type=content_type)
+
     routes = [
         Route("/", threads_page),
         Route("/thread", thread_page),
@@ -379,6 +391,7 @@ def create_app(
         Route("/delete", delete_action, methods=["POST"]),
         Route("/prune", prune_action, methods=["POST"]),
         Route("/healthz", lambda request: PlainTextResponse("ok")),
+        Route("/metrics", metrics_page),
         Mount("/static", StaticFiles(directory=STATIC), name="static"),
     ]
     middleware = [Middleware(BaseHTTPMiddleware, dispatch=_guard(settings))]

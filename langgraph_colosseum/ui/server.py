@@ -13,6 +13,7 @@ from collections.abc import Callable
 
 import uvicorn
 
+from langgraph_colosseum import telemetry
 from langgraph_colosseum.inspection import Inspector
 from langgraph_colosseum.saver import ColosseumSaver
 from langgraph_colosseum.ui import LOOPBACK, is_loopback
@@ -47,6 +48,7 @@ def serve(
     local = is_loopback(host)
     token = None if local else secrets.token_urlsafe(24)
     sock = bind(host, port)
+    telemetry.serve_prometheus()  # /metrics: this server's own operations
     with ColosseumSaver.from_env(pool_size=4) as saver:
         app = create_app(
             Inspector(saver), read_only=read_only, token=token,

@@ -446,6 +446,11 @@ def test_cli_ui_prints_the_url_and_serves(pg_url: str, data: ColosseumSaver) -> 
         assert match, line + proc.stderr.read() if proc.poll() is not None else line
         assert "read-only" in line and pg_url not in line
         assert httpx.get(match.group(1) + "?prefix=desk-").status_code == 200
+        # /metrics: the server's own operations, in Prometheus text (the prometheus extra).
+        metrics = httpx.get(match.group(1) + "metrics")
+        assert metrics.status_code == 200
+        assert metrics.headers["content-type"].startswith("text/plain; version=")
+        assert 'db_client_operation_duration_seconds_count{colosseum_layer="' in metrics.text
     finally:
         proc.terminate()
         proc.wait(10)
