@@ -60,6 +60,9 @@ _LAYERS: Mapping[str, tuple[str, str]] = {
 _SWEEPERS = {("threads", "sweep"): "retention", ("store", "sweep"): "store_ttl"}
 _RENEWALS = {("tools", "heartbeat"): "tool_call", ("threads", "renew"): "run_guard"}
 
+# The hot-cache scripts that read: a checkpoint head (hot.py), a Store item (hot_items.py).
+_CACHE_READS = frozenset(("read", "item_read"))
+
 # `db.client.operation.duration`'s advised buckets (seconds), as the conventions give them.
 DURATION_BUCKETS = (0.001, 0.005, 0.01, 0.05, 0.1, 0.5, 1.0, 5.0, 10.0)
 
@@ -329,7 +332,7 @@ class _Watch:
             self.postgres_after_read = self.cache_read
             self.rows += sum(len(rows) for rows in result if rows is not None)
         elif cls is CacheCall:
-            if request.script == "read":  # type: ignore[union-attr]
+            if request.script in _CACHE_READS:  # type: ignore[union-attr]
                 self.cache_read = True
         elif cls is not CacheDrop:
             return  # a tool run, an embedding: no payload of ours
