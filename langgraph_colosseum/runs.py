@@ -168,6 +168,10 @@ class GraphRuns:
     def _end(self, thread_id: str, run_id: str, token: int, exc: BaseException | None) -> Any:
         status = "success" if exc is None else "error"
         error = None if exc is None else f"{type(exc).__name__}: {exc}"[:2000]
+        if exc is not None and self.saver.encryption is not None:
+            # A message may quote the state, and this column is plaintext; a
+            # node's error itself is kept sealed (its __error__ pending write).
+            error = f"{type(exc).__name__} (its message is not stored: encryption= is on)"
         return ops.finish(thread_id, run_id, token, status, error)
 
     @contextmanager

@@ -493,3 +493,29 @@ def test_encryption_through_pgbouncer(mode: str, bouncer_url: str) -> None:
             for t in ("bouncer-a", "bouncer-b")
         ]
         assert repr(states[0]) == repr(states[1])
+
+
+def test_a_failed_runs_record_keeps_no_plaintext_message(pg_url: str, mode: str) -> None:
+    """saver.runs records a failed run's error in colosseum_runs, a plaintext
+    column: with encryption= only the exception's type is kept there."""
+    from langgraph.graph import START, StateGraph
+    from typing_extensions import TypedDict
+
+    class State(TypedDict):
+        note: str
+
+    def fail(state: State) -> dict:
+        raise ValueError(f"cannot handle {state['note']}")
+
+    builder = StateGraph(State)
+    builder.add_node("fail", fail)
+    builder.add_edge(START, "fail")
+    with open_saver(pg_url, mode, searchable()) as saver:
+        runs = saver.runs(builder.compile(checkpointer=saver))
+        with pytest.raises(ValueError, match=SECRET):
+            runs.invoke({"note": SECRET}, {"configurable": {"thread_id": "run-fail"}})
+        (record,) = saver.runs.list("run-fail")
+        assert record.status == "error" and record.error.startswith("ValueError")
+    with psycopg.connect(pg_url) as conn:
+        assert SECRET not in repr(conn.execute("SELECT r::text FROM colosseum_runs r").fetchall())
+    assert SECRET not in _database_text(pg_url)
