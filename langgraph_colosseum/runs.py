@@ -14,6 +14,7 @@ The blocking methods and their `a`-prefixed awaitables work on both savers.
 
 from __future__ import annotations
 
+import asyncio
 import os
 import socket
 import uuid
@@ -30,7 +31,7 @@ from langgraph_colosseum._core import threads as thread_ops
 from langgraph_colosseum._core.guard import RUN_OWNER, RunFence
 from langgraph_colosseum._core.multitask import MultitaskStrategy, RunInfo
 from langgraph_colosseum._leases import arenewing, renewing
-from langgraph_colosseum.errors import InvalidConfigError, RunNotFoundError
+from langgraph_colosseum.errors import ColosseumError, InvalidConfigError, RunNotFoundError
 
 if TYPE_CHECKING:
     from langgraph_colosseum._base import ColosseumSaverBase
@@ -165,6 +166,13 @@ class GraphRuns:
         )  # fmt: skip
         return config, str(thread_id), str(run_id), start
 
+    def _queued(self, strategy: str | None, exc: BaseException) -> bool:
+        """Did a queued run stop waiting for a reason of its caller's (cancelled,
+        interrupted, a broken connection)? Our own errors already recorded why."""
+        return (strategy or self.multitask_strategy) == "enqueue" and not isinstance(
+            exc, ColosseumError
+        )
+
     def _end(self, thread_id: str, run_id: str, token: int, exc: BaseException | None) -> Any:
         status = "success" if exc is None else "error"
         error = None if exc is None else f"{type(exc).__name__}: {exc}"[:2000]
@@ -179,7 +187,12 @@ class GraphRuns:
         self, config: RunnableConfig | None, strategy: str | None
     ) -> Iterator[RunnableConfig]:
         config, thread_id, run_id, start = self._begin(config, strategy)
-        token = self.saver._run(start)
+        try:
+            token = self.saver._run(start)
+        except BaseException as exc:
+            if self._queued(strategy, exc):
+                self.saver._run(ops.leave_queue(thread_id, run_id, _left(exc)))
+            raise
         fence = RUN_OWNER.set(RunFence(thread_id, run_id, token))
         renew = partial(thread_ops.renew, thread_id, run_id, self._lease)
         failure: BaseException | None = None
@@ -198,7 +211,13 @@ class GraphRuns:
         self, config: RunnableConfig | None, strategy: str | None
     ) -> AsyncIterator[RunnableConfig]:
         config, thread_id, run_id, start = self._begin(config, strategy)
-        token = await self.saver._arun(start)
+        try:
+            token = await self.saver._arun(start)
+        except BaseException as exc:
+            if self._queued(strategy, exc):
+                leave = ops.leave_queue(thread_id, run_id, _left(exc))
+                await asyncio.shield(self.saver._arun(leave))
+            raise
         fence = RUN_OWNER.set(RunFence(thread_id, run_id, token))
         renew = partial(thread_ops.renew, thread_id, run_id, self._lease)
         failure: BaseException | None = None
@@ -265,11 +284,41 @@ class GraphRuns:
             async for chunk in self.graph.astream(input, run_config, **kwargs):
                 yield chunk
 
+    def join(self, run_id: str, *, timeout: float | None = None) -> Any:
+        """Wait for the run to end; the graph state at its last stored checkpoint
+        (a StateSnapshot), or None when it stored none (rolled back, rejected
+        from the queue). Its record: `saver.runs.get(run_id)`.
+
+        Example:
+            >>> state = runs.join(run_id, timeout=60)
+            >>> state.values["messages"][-1]
+        """
+        info = self.saver.runs.join(run_id, timeout=timeout)
+        config, last = self._last_checkpoint(info.thread_id, str(run_id))
+        found = next(iter(self.saver.list(config, **last)), None)
+        return None if found is None else self.graph.get_state(found.config)
+
+    async def ajoin(self, run_id: str, *, timeout: float | None = None) -> Any:
+        info = await self.saver.runs.ajoin(run_id, timeout=timeout)
+        config, last = self._last_checkpoint(info.thread_id, str(run_id))
+        found = [t async for t in self.saver.alist(config, **last)]
+        return None if not found else await self.graph.aget_state(found[0].config)
+
+    @staticmethod
+    def _last_checkpoint(thread_id: str, run_id: str) -> tuple[Any, dict[str, Any]]:
+        """list() arguments for the run's newest root checkpoint."""
+        config = {"configurable": {"thread_id": thread_id, "checkpoint_ns": ""}}
+        return config, {"filter": {"run_id": run_id}, "limit": 1}
+
     def get_state(self, config: RunnableConfig) -> Any:
         return self.graph.get_state(config)
 
     async def aget_state(self, config: RunnableConfig) -> Any:
         return await self.graph.aget_state(config)
+
+
+def _left(exc: BaseException) -> str:
+    return f"it never ran: its caller stopped waiting ({type(exc).__name__})"[:2000]
 
 
 def _outcome(

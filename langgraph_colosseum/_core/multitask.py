@@ -369,6 +369,13 @@ def start(
     return int(token)
 
 
+def leave_queue(thread_id: str, run_id: str, why: str) -> Operation[None]:
+    """A queued run whose caller stopped waiting (cancelled, interrupted) leaves
+    the queue now, rather than blocking the runs behind it until its lease lapses."""
+    params = {"thread_id": thread_id, "run_id": run_id, "error": why, "channel": CHANNEL}
+    yield Transaction((Query(GIVE_UP, params, fetch=False), Query(NOTIFY, params)))
+
+
 def finish(
     thread_id: str, run_id: str, token: int, status: str, error: str | None
 ) -> Operation[tuple[bool, str | None, str | None]]:

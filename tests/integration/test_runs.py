@@ -336,6 +336,8 @@ def test_a_killed_runs_lease_lapses_and_the_queue_moves_on(
     statuses = sorted((r.status, r.error or "") for r in race.records().values())
     assert statuses[0][0] == "error" and "stopped renewing its lease" in statuses[0][1]
     assert statuses[1] == ("success", "")
+    with race.saver() as saver:
+        assert saver.threads.get(race.thread).status == "idle"
 
 
 # In-process: the asyncio driver, PgBouncer, and the guards' own tests.
@@ -390,6 +392,15 @@ async def test_async_enqueue_then_interrupt(pg_url: str) -> None:
         second = asyncio.ensure_future(run({"messages": ["b"]}))
         while not await saver.runs.alist("async-t", status="pending"):
             await asyncio.sleep(0.01)
+        # A waiter whose caller gives up leaves the queue at once (not when its lease lapses).
+        quitter = asyncio.ensure_future(run({"messages": ["w"]}))
+        while len(await saver.runs.alist("async-t", status="pending")) < 2:
+            await asyncio.sleep(0.01)
+        quitter.cancel()
+        with pytest.raises(asyncio.CancelledError):
+            await quitter
+        (left,) = await saver.runs.alist("async-t", status="error")
+        assert "stopped waiting (CancelledError)" in left.error
         gates["a"][1].set()
         await first
         assert (await second)["messages"] == ["a", "a:answer", "b", "b:answer"]
@@ -406,9 +417,11 @@ async def test_async_enqueue_then_interrupt(pg_url: str) -> None:
         assert state.values["messages"] == ["a", "a:answer", "b", "b:answer", "c", "d",
                                             "d:answer"]  # fmt: skip
         statuses = [r.status for r in await saver.runs.alist("async-t")]
-        assert statuses == ["success", "success", "interrupted", "success"]
-        info = await saver.runs.ajoin((await saver.runs.alist("async-t"))[-1].run_id)
-        assert info.status == "success"
+        assert statuses == ["success", "success", "error", "interrupted", "success"]
+        last = (await saver.runs.alist("async-t"))[-1].run_id
+        assert (await saver.runs.ajoin(last)).status == "success"
+        assert (await runs.ajoin(last)).values["messages"][-1] == "d:answer"
+        assert await runs.ajoin((await saver.runs.alist("async-t"))[3].run_id) is not None
 
 
 def test_enqueue_through_pgbouncer_polls(pg_url: str, bouncer_url: str) -> None:
@@ -488,7 +501,10 @@ def test_the_cli_shows_runs(pg_url: str, monkeypatch: pytest.MonkeyPatch) -> Non
     config = {"configurable": {"thread_id": "cli-t"}}
     with ColosseumSaver.from_conn_string(pg_url, pool_size=2) as saver:
         runs = saver.runs(echo_graph(saver), "reject")
-        runs.invoke({"messages": ["one"]}, config)
+        chunks = list(runs.stream({"messages": ["one"]}, config, stream_mode="values"))
+        assert chunks[-1] == {"messages": ["one", "one:answer"]}
+        (done,) = saver.runs.list("cli-t")
+        assert runs.join(done.run_id).values == chunks[-1]
         saver._run(multitask.start(saver._store, "cli-t", "stuck", "enqueue", "elsewhere:7", 60,
                                    None))  # fmt: skip
         saver.runs.cancel("stuck")
