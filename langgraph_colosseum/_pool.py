@@ -172,6 +172,24 @@ async def _astamp(conn: Any) -> None:
     _stamp(conn)
 
 
+# The pools of `from_conn_string`: each connection is stamped as it comes back
+# (see `_check`). Not with psycopg_pool's `reset` callback: a pool with one
+# hands every returned connection to a worker thread (an asyncio task), so the
+# next request of a sequential caller waited for that thread to be scheduled
+# (direct puts on a loaded 2-core machine: client CPU 1.05 -> 0.98 ms per put,
+# and up to half the wall time).
+class StampingConnectionPool(ConnectionPool):
+    def putconn(self, conn: Any) -> None:
+        _stamp(conn)
+        super().putconn(conn)
+
+
+class AsyncStampingConnectionPool(AsyncConnectionPool):
+    async def putconn(self, conn: Any) -> None:
+        _stamp(conn)
+        await super().putconn(conn)
+
+
 def pool_arguments(
     conn_string: str,
     settings: PoolSettings,
@@ -196,9 +214,7 @@ def pool_arguments(
     }
     if settings.check_idle_after is not None:
         after = settings.check_idle_after
-        # `reset` runs when a connection comes back; it only notes the time.
         arguments["check"] = _acheck(after) if asynchronous else _check(after)
-        arguments["reset"] = _astamp if asynchronous else _stamp
         arguments["configure"] = _astamp if asynchronous else _stamp  # a new one is fresh
     return arguments
 

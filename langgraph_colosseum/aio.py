@@ -34,7 +34,12 @@ from langgraph_colosseum._driver import (
     never_connected,
 )
 from langgraph_colosseum._notify import aawait_notify
-from langgraph_colosseum._pool import PoolSettings, pool_arguments, require_transaction_mode_safe
+from langgraph_colosseum._pool import (
+    AsyncStampingConnectionPool,
+    PoolSettings,
+    pool_arguments,
+    require_transaction_mode_safe,
+)
 from langgraph_colosseum.cache import AsyncRedisCache, async_client_from_url
 from langgraph_colosseum.embedded import servers
 from langgraph_colosseum.threads import AsyncThreads
@@ -126,7 +131,7 @@ class AsyncColosseumSaver(ColosseumSaverBase[AsyncThreads]):
             connect=connection_kwargs(conn_string, connect_timeout),
         )
         await aprobe(conn_string, arguments["kwargs"])
-        async with AsyncConnectionPool(**arguments, open=False) as pool:
+        async with AsyncStampingConnectionPool(**arguments, open=False) as pool:
             client = async_client_from_url(redis_url) if redis_url else None
             saver = None
             try:

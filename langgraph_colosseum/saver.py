@@ -38,7 +38,12 @@ from langgraph_colosseum._driver import (
     probe,
 )
 from langgraph_colosseum._notify import await_notify
-from langgraph_colosseum._pool import PoolSettings, pool_arguments, require_transaction_mode_safe
+from langgraph_colosseum._pool import (
+    PoolSettings,
+    StampingConnectionPool,
+    pool_arguments,
+    require_transaction_mode_safe,
+)
 from langgraph_colosseum.cache import RedisCache, client_from_url
 from langgraph_colosseum.embedded import servers
 from langgraph_colosseum.threads import Threads
@@ -142,7 +147,7 @@ class ColosseumSaver(ColosseumSaverBase[Threads]):
             connect=connection_kwargs(conn_string, connect_timeout),
         )
         probe(conn_string, arguments["kwargs"])
-        with ConnectionPool(**arguments, open=True) as pool:
+        with StampingConnectionPool(**arguments, open=True) as pool:
             client = client_from_url(redis_url) if redis_url else None
             saver = None
             try:
