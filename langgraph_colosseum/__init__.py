@@ -8,9 +8,11 @@ from langgraph_colosseum import telemetry
 from langgraph_colosseum._core.codec import TypeRegistry
 from langgraph_colosseum._core.crypt import Encryption
 from langgraph_colosseum._core.threads import Retention
+from langgraph_colosseum._core.versions import Migration, StateVersions
 from langgraph_colosseum.aio import AsyncColosseumSaver
 from langgraph_colosseum.errors import (
     CheckpointDeletedError,
+    ClassChangedError,
     CodecError,
     ColosseumError,
     CorruptRowError,
@@ -19,6 +21,7 @@ from langgraph_colosseum.errors import (
     InvalidConfigError,
     LeaseLostError,
     LedgerMissingError,
+    OrphanedTasksError,
     RunInterruptedError,
     RunNotFoundError,
     RunQueueTimeoutError,
@@ -26,11 +29,13 @@ from langgraph_colosseum.errors import (
     SchemaError,
     SchemaMissingError,
     SchemaVersionError,
+    StateVersionError,
     ThreadBusyError,
     ToolFailedError,
     ToolOutcomeUnknownError,
     ToolTimeoutError,
     ToolWaitTimeoutError,
+    UnregisteredClassError,
     UnsupportedValueError,
     UntrustedTypeError,
     ValueNotStorableError,
@@ -46,6 +51,7 @@ __all__ = [
     "AsyncColosseumStore",
     "AuditEntry",
     "CheckpointDeletedError",
+    "ClassChangedError",
     "CodecError",
     "ColosseumError",
     "ColosseumSaver",
@@ -58,6 +64,8 @@ __all__ = [
     "InvalidConfigError",
     "LeaseLostError",
     "LedgerMissingError",
+    "Migration",
+    "OrphanedTasksError",
     "Retention",
     "RunInfo",
     "RunInterruptedError",
@@ -67,6 +75,8 @@ __all__ = [
     "SchemaError",
     "SchemaMissingError",
     "SchemaVersionError",
+    "StateVersionError",
+    "StateVersions",
     "ThreadBusyError",
     "ThreadInfo",
     "ToolFailedError",
@@ -74,6 +84,7 @@ __all__ = [
     "ToolTimeoutError",
     "ToolWaitTimeoutError",
     "TypeRegistry",
+    "UnregisteredClassError",
     "UnsupportedValueError",
     "UntrustedTypeError",
     "ValueNotStorableError",

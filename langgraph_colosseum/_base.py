@@ -9,6 +9,7 @@ as "run this `CheckpointStore` operation". A driver supplies four primitives:
 from __future__ import annotations
 
 import abc
+import copy
 import logging
 from collections.abc import (
     AsyncIterator,
@@ -43,6 +44,7 @@ from langgraph_colosseum._core.shapes import DEFAULT_SNAPSHOT_EVERY
 from langgraph_colosseum._core.store import DEFAULT_PAGE_SIZE, CheckpointStore, next_version
 from langgraph_colosseum._core.threads import Retention
 from langgraph_colosseum._core.values import ValueCodec
+from langgraph_colosseum._core.versions import Migration, StateVersions, schema_of
 from langgraph_colosseum.errors import InvalidConfigError
 from langgraph_colosseum.runs import Runs
 from langgraph_colosseum.threads import DEFAULT_LEASE, OnBusy
@@ -93,6 +95,7 @@ class ColosseumSaverBase(BaseCheckpointSaver[str], abc.ABC, Generic[ThreadsT]):
             page_size=page_size,
             snapshot_every=snapshot_every,
         )
+        self._refuse_unregistered(())
         self.retention = retention
         self._store.thread_ttl = retention.thread_ttl if retention else None
         self.cache = self._cache_driver(cache) if cache is not None else None
@@ -140,7 +143,42 @@ class ColosseumSaverBase(BaseCheckpointSaver[str], abc.ABC, Generic[ThreadsT]):
             clone._store = self._store.with_codec(
                 ValueCodec(clone.serde, clone.types, self._store.codec.encryption)
             )
+            clone._refuse_unregistered(extra_allowlist)
         return clone
+
+    def _refuse_unregistered(self, serde_allowlist: Collection[tuple[str, ...]]) -> None:
+        """With the default (strict) serde, an unregistered class would come back as
+        a dict: refuse it at write time, unless the serde's allowlist names it."""
+        if self._strict_default_serde:
+            self._store.codec.serde_revives = frozenset(
+                (entry[0], entry[1]) for entry in serde_allowlist if len(entry) >= 2
+            )
+
+    def versioned(
+        self,
+        graph: Any,
+        version: int | StateVersions,
+        migrations: Mapping[int, Callable[[dict[str, Any]], Any] | Migration] | None = None,
+    ) -> Any:
+        """`graph` (compiled) checkpointing through this saver at state `version`.
+
+        Every checkpoint it writes records `version` (metadata ``state_version``;
+        a checkpoint without one is version 1). A checkpoint of an older version
+        is migrated as it is read, by resume, get_state, get_state_history and
+        time travel; what is stored is not changed. Migration ``n`` turns
+        version ``n`` into ``n + 1``: a function over the state's channel
+        values, or a `Migration` that also renames nodes.
+
+        Example:
+            >>> def up_1_to_2(values):
+            ...     if "query" in values:
+            ...         values["queries"] = [values.pop("query")]
+            >>> graph = saver.versioned(builder.compile(), 2, {1: up_1_to_2})
+        """
+        versions = schema_of(version, migrations).for_graph(graph)
+        clone = copy.copy(self)
+        clone._store = self._store.with_versions(versions)
+        return graph.copy(update={"checkpointer": clone})
 
     def _use_serde(self, serde: SerializerProtocol) -> None:
         self.serde = maybe_add_typed_methods(serde)

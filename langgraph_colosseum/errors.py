@@ -381,3 +381,95 @@ class RunNotFoundError(ColosseumError, LookupError):
             f"no run {run_id!r} is recorded: runs are recorded by saver.runs(graph); "
             "list a thread's runs with saver.runs.list(thread_id)"
         )
+
+
+class UnregisteredClassError(ValueNotStorableError):
+    """A value holds an instance of a class that is not on the codec's allowlist.
+
+    Stored, it would come back as a plain dict of its fields: it is refused
+    instead, and nothing of the step is written. Register the class.
+    """
+
+    def __init__(
+        self,
+        *,
+        thread_id: str,
+        checkpoint_ns: str,
+        checkpoint_id: str | None,
+        channel: str,
+        path: str,
+        class_name: str,
+    ) -> None:
+        self.thread_id = thread_id
+        self.checkpoint_ns = checkpoint_ns
+        self.checkpoint_id = checkpoint_id
+        self.channel = channel
+        self.path = path
+        self.class_name = class_name
+        where = f"thread {thread_id!r}"
+        if checkpoint_ns:
+            where += f", namespace {checkpoint_ns!r}"
+        if checkpoint_id:
+            where += f", checkpoint {checkpoint_id!r}"
+        ColosseumError.__init__(
+            self,
+            f"cannot store channel {channel!r} of {where}: the value at path {path} is a "
+            f"{class_name}, a class the saver does not know, and it would come back as a "
+            "plain dict. Nothing was written. Register it: ColosseumSaver(..., types=[...]) "
+            "or saver.register_type(cls).",
+        )
+
+
+class ClassChangedError(CodecError):
+    """A stored instance of an allow-listed class no longer fits the class's definition.
+
+    The message names the class, the fields missing from the stored value
+    (without a default) or stored but unknown to the class, and the value path.
+    Give the new field a default, or rename it in a state migration
+    (`saver.versioned`).
+    """
+
+
+class StateVersionError(ColosseumError):
+    """A checkpoint was written by a newer state version than this code's."""
+
+    def __init__(self, *, thread_id: str, checkpoint_id: str, stored: int, code: int) -> None:
+        self.thread_id = thread_id
+        self.checkpoint_id = checkpoint_id
+        self.stored = stored
+        self.code = code
+        super().__init__(
+            f"checkpoint {checkpoint_id!r} of thread {thread_id!r} holds state version "
+            f"{stored}, newer than this graph's version {code}. Deploy the code of version "
+            f"{stored} (or newer) to read it; older code cannot undo a migration."
+        )
+
+
+class OrphanedTasksError(ColosseumError):
+    """A migrated thread has pending tasks of nodes the graph no longer has."""
+
+    def __init__(
+        self,
+        *,
+        thread_id: str,
+        checkpoint_id: str,
+        stored: int,
+        code: int,
+        tasks: list[tuple[str, str, list[str]]],
+        triggered: list[str],
+    ) -> None:
+        self.thread_id = thread_id
+        self.checkpoint_id = checkpoint_id
+        self.nodes = sorted({node for node, _, _ in tasks} | set(triggered))
+        lines = [
+            f"  - node {node!r}, task {task_id} (pending writes: {', '.join(channels)})"
+            for node, task_id, channels in tasks
+        ] + [f"  - node {node!r}, triggered and not yet run" for node in triggered]
+        mapping = ", ".join(f"{node!r}: 'new_name'" for node in self.nodes)
+        super().__init__(
+            f"cannot resume thread {thread_id!r} at checkpoint {checkpoint_id!r}: it was "
+            f"written at state version {stored} and has pending tasks of nodes the graph at "
+            f"version {code} does not have:\n" + "\n".join(lines) + "\nMap each old node to "
+            f"its new name in the migration that renamed it, e.g. Migration(up, nodes="
+            f"{{{mapping}}}), or to None to drop its pending work."
+        )

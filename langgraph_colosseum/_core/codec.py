@@ -36,6 +36,7 @@ import copy
 import dataclasses
 import datetime as dt
 import enum
+import logging
 import math
 import uuid
 from collections.abc import Callable, Iterable
@@ -43,10 +44,13 @@ from decimal import Decimal
 from typing import Any
 
 from langgraph_colosseum.errors import (
+    ClassChangedError,
     CodecError,
     UnsupportedValueError,
     UntrustedTypeError,
 )
+
+logger = logging.getLogger("langgraph_colosseum")
 
 TAG = "$t"
 _INT64_MIN, _INT64_MAX = -(2**63), 2**63 - 1
@@ -65,12 +69,25 @@ def class_name(cls: type) -> str:
     return f"{cls.__module__}:{cls.__qualname__}"
 
 
+class UnregisteredClass(UnsupportedValueError):
+    """The value holds an instance of a class the registry could revive, were it
+    registered (a model, dataclass, NamedTuple or Enum): `cls`."""
+
+    def __init__(self, message: str, *, path: str = "$", cls: type | None = None) -> None:
+        super().__init__(message, path=path)
+        self.cls = cls
+
+    def under(self, segment: str) -> CodecError:
+        return type(self)(self.message, path="$" + segment + self.path[1:], cls=self.cls)
+
+
 class _PathError(Exception):
     """An encode/decode failure on its way up; containers prepend their segment."""
 
-    def __init__(self, error_type: type[CodecError], message: str) -> None:
+    def __init__(self, error_type: type[CodecError], message: str, **details: Any) -> None:
         self.error_type = error_type
         self.message = message
+        self.details = details
         self.segments: list[str] = []
 
     def at(self, segment: str) -> _PathError:
@@ -78,7 +95,8 @@ class _PathError(Exception):
         return self
 
     def public(self) -> CodecError:
-        return self.error_type(self.message, path="$" + "".join(reversed(self.segments)))
+        path = "$" + "".join(reversed(self.segments))
+        return self.error_type(self.message, path=path, **self.details)
 
 
 class TypeRegistry:
@@ -313,12 +331,13 @@ def _encode_dict(value: dict, registry: TypeRegistry) -> Any:
 def _encode_object(value: Any, registry: TypeRegistry) -> Any:
     cls = type(value)
     name = registry.name_of(cls)
+    kind = _kind_of_class(cls)
     if name is None:
         raise _PathError(
-            UnsupportedValueError,
+            UnregisteredClass if kind not in (None, "send") else UnsupportedValueError,
             f"the typed codec cannot store a {class_name(cls)} (not registered)",
+            **({"cls": cls} if kind not in (None, "send") else {}),
         )
-    kind = _kind_of_class(cls)
     if kind == "model":
         out: dict[str, Any] = {
             TAG: "model",
@@ -338,7 +357,13 @@ def _encode_object(value: Any, registry: TypeRegistry) -> Any:
     if kind == "enum":
         return {TAG: "enum", "cls": name, "v": _encode(value.value, registry)}
     if kind == "namedtuple":
-        return {TAG: "namedtuple", "cls": name, "v": _encode_items(value, registry)}
+        # With its field names, so a later definition of the class is matched by name.
+        return {
+            TAG: "namedtuple",
+            "cls": name,
+            "v": _encode_items(value, registry),
+            "f": list(cls._fields),
+        }
     fields = {"node": value.node, "arg": value.arg, "timeout": value.timeout}  # Send
     return {TAG: "send", "cls": name, "v": _encode_fields(fields, registry)}
 
@@ -464,9 +489,21 @@ def _decode_model(data: dict, registry: TypeRegistry) -> Any:
     decoded = _decode_fields(data["v"], registry)
     # jsonb keeps object keys in an order of its own: put the fields back in
     # the model's declared order, so the model (and its dumps) is as it was.
-    fields = {name: decoded.pop(name) for name in cls.model_fields if name in decoded}
-    fields.update(decoded)
+    declared = cls.model_fields
+    fields = {name: decoded.pop(name) for name in declared if name in decoded}
     fields_set = set(data["set"]) if "set" in data else set(fields)
+    if decoded or len(fields) != len(declared):  # the class changed since it was stored
+        missing = [name for name in declared if name not in fields]
+        _evolve(
+            data["cls"],
+            fields,
+            decoded,
+            missing,
+            lambda name: declared[name].is_required(),
+            lambda name: declared[name].get_default(call_default_factory=True),
+        )
+        fields = {name: fields[name] for name in declared}
+        fields_set &= set(fields)
     extra = _decode(data["extra"], registry) if "extra" in data else None
     if extra is None and cls.model_config.get("extra") == "allow":
         extra = {}  # pydantic keeps an empty dict for models that allow extras
@@ -492,13 +529,96 @@ def _decode_dataclass(data: dict, registry: TypeRegistry) -> Any:
     # the object as it was, and re-running initialisers could change them.
     obj = object.__new__(cls)
     decoded = _decode_fields(data["v"], registry)
+    declared = {field.name: field for field in dataclasses.fields(cls)}
+    fields = {name: decoded.pop(name) for name in declared if name in decoded}
+    if decoded or len(fields) != len(declared):  # the class changed since it was stored
+        _evolve(
+            data["cls"],
+            fields,
+            decoded,
+            [name for name in declared if name not in fields],
+            lambda name: _dataclass_default(declared[name]) is dataclasses.MISSING,
+            lambda name: _dataclass_default(declared[name])(),
+        )
     # In declared order, as __init__ would have set them: jsonb reordered them.
-    for field in dataclasses.fields(cls):
-        if field.name in decoded:
-            object.__setattr__(obj, field.name, decoded.pop(field.name))
-    for name, value in decoded.items():
-        object.__setattr__(obj, name, value)
+    for name in declared:
+        object.__setattr__(obj, name, fields[name])
     return obj
+
+
+def _dataclass_default(field: dataclasses.Field) -> Any:
+    """A callable making `field`'s default, or MISSING."""
+    if field.default is not dataclasses.MISSING:
+        return lambda: field.default
+    if field.default_factory is not dataclasses.MISSING:
+        return field.default_factory
+    return dataclasses.MISSING
+
+
+def _decode_namedtuple(data: dict, registry: TypeRegistry) -> Any:
+    cls = _revive_class(data, registry, "namedtuple")
+    items = _payload_items(data, registry)
+    declared = cls._fields
+    names = data.get("f")
+    if names is None:  # written before field names were recorded: by position
+        if len(items) > len(declared):
+            raise _PathError(
+                ClassChangedError,
+                f"stored {data['cls']} has {len(items)} values, its class now has "
+                f"{len(declared)} fields {list(declared)}; a removed field cannot be "
+                "told apart by position: migrate the value (saver.versioned)",
+            )
+        names = declared[: len(items)]
+    stored = dict(zip(names, items))
+    if list(names) == list(declared):
+        return cls(*items)
+    fields = {name: stored.pop(name) for name in declared if name in stored}
+    defaults = cls._field_defaults
+    _evolve(
+        data["cls"],
+        fields,
+        stored,
+        [name for name in declared if name not in fields],
+        lambda name: name not in defaults,
+        lambda name: defaults[name],
+    )
+    return cls(**fields)
+
+
+_DROPPED_LOGGED: set[str] = set()
+
+
+def _evolve(
+    name: str,
+    fields: dict[str, Any],
+    removed: dict[str, Any],
+    missing: list[str],
+    required: Callable[[str], bool],
+    default: Callable[[str], Any],
+) -> None:
+    """Fit stored `fields` to the class as defined now: a field added with a
+    default gets it, a removed field is dropped (logged once per class); a
+    field added without a default is a `ClassChangedError` naming them all."""
+    without_default = [field for field in missing if required(field)]
+    if without_default:
+        extra = f"; stored fields no longer in the class: {sorted(removed)}" if removed else ""
+        raise _PathError(
+            ClassChangedError,
+            f"stored {name} cannot be revived by its class as defined now: its fields "
+            f"{without_default} have no default and are missing from the stored value"
+            f"{extra}. Give them a default, or set them in a state migration "
+            "(saver.versioned)",
+        )
+    for field in missing:
+        fields[field] = default(field)
+    if removed and name not in _DROPPED_LOGGED:
+        _DROPPED_LOGGED.add(name)
+        logger.warning(
+            "stored %s values hold fields its class no longer has: %s; they are dropped "
+            "as they are read (logged once per class)",
+            name,
+            sorted(removed),
+        )
 
 
 def _decode_send(data: dict, registry: TypeRegistry) -> Any:
@@ -525,7 +645,7 @@ _DECODERS: dict[str, Callable[[dict, TypeRegistry], Any]] = {
     "uuid": lambda d, r: uuid.UUID(d["v"]),
     "decimal": lambda d, r: Decimal(d["v"]),
     "enum": lambda d, r: _revive_class(d, r, "enum")(_decode(d["v"], r)),
-    "namedtuple": lambda d, r: _revive_class(d, r, "namedtuple")(*_payload_items(d, r)),
+    "namedtuple": _decode_namedtuple,
     "model": _decode_model,
     "dataclass": _decode_dataclass,
     "send": _decode_send,

@@ -77,6 +77,7 @@ from langgraph_colosseum._core.values import (
     parse_json,
     parse_value_rows,
 )
+from langgraph_colosseum._core.versions import StateVersions
 from langgraph_colosseum.errors import (
     CheckpointDeletedError,
     CodecError,
@@ -172,6 +173,7 @@ class CheckpointStore:
         self.hot: HotHead | None = None  # the Redis hot head, when a cache is configured
         self.recorded_stale = False  # this process recorded heads Redis refused (see below)
         self.unreadable_rows = UnreadableRows()  # registry rows `threads.search` skipped
+        self.versions: StateVersions | None = None  # the state schema (saver.versioned)
 
     def with_codec(self, codec: ValueCodec) -> CheckpointStore:
         """The same store reading and writing through `codec`, with caches of its own:
@@ -180,6 +182,13 @@ class CheckpointStore:
         clone.codec = codec
         clone.bases = BaseCache(self.bases.max_bytes)
         clone.seeds = ValueMemo(self.seeds.max_bytes)
+        return clone
+
+    def with_versions(self, versions: StateVersions) -> CheckpointStore:
+        """The same store (and caches: they hold stored values, never migrated
+        ones) reading and writing state of `versions`' version."""
+        clone = copy.copy(self)
+        clone.versions = versions
         return clone
 
     def forget_decoded(self) -> None:
@@ -257,7 +266,7 @@ class CheckpointStore:
             document = self._load_document(row)
             values = self._materializer(thread_id, checkpoint_ns, document, bases)
             values.add(value_rows)
-            result = self._checkpoint_tuple(row, document, values)
+            result = self._checkpoint_tuple(row, document, values, resume=True)
             self._remember_bases(row[0], row[1], document, values)
         # Only what read back cleanly goes to Redis: a corrupt row stays a miss.
         if seq is not None:
@@ -291,7 +300,7 @@ class CheckpointStore:
             document = self._load_document(head.row)
             values = self._materializer(thread_id, checkpoint_ns, document, bases)
             values.add(head.value_rows)
-            result = self._checkpoint_tuple(head.row, document, values)
+            result = self._checkpoint_tuple(head.row, document, values, resume=True)
         except (CorruptHeadError, CorruptRowError) as exc:
             # Postgres is intact: a head that does not decode, or is not what
             # it claims, is dropped (once: the next read refills it) and missed.
@@ -540,6 +549,14 @@ class CheckpointStore:
         thread_id, checkpoint_ns = thread_of(config)
         checkpoint_id = checkpoint["id"]
         values = checkpoint["channel_values"]
+        if self.versions is not None:
+            # Continuing from a migrated checkpoint: its migrated values become rows.
+            metadata = self.versions.stamp(metadata)  # type: ignore[assignment]
+            marked = self.versions.channels_to_write(
+                thread_id, checkpoint_ns, checkpoint, new_versions
+            )
+            if marked:
+                new_versions = {**new_versions, **marked}
         planned: list[tuple[StoredValue, shapes.Base | None]] = []
         for channel, version in new_versions.items():
             where = Where(thread_id, checkpoint_ns, checkpoint_id, channel)
@@ -606,6 +623,8 @@ class CheckpointStore:
             assert not missing_bases
         if run is not None:
             run.put_stored((thread_id, checkpoint_ns, checkpoint_id))
+        if self.versions is not None:
+            self.versions.remember_written(thread_id, checkpoint_ns, new_versions)
         # Remember what was stored, and only that: a version that already
         # existed (the insert did nothing) may hold another value.
         written = set(inserted)
@@ -820,7 +839,7 @@ class CheckpointStore:
         try:
             encoded, text = self.codec.encode(value)
         except UnsupportedValueError as exc:
-            return self.codec.dump_serde(value, where, exc.path), None
+            return self.codec.dump_fallback(value, where, exc), None
         successor = None
         if shapes.can_be_a_base(value):
             successor = shapes.Base(version, self.codec.registry.decode(encoded), 0, 0, len(text))
@@ -1378,9 +1397,10 @@ class CheckpointStore:
             raise corrupt_row((thread_id, checkpoint_ns, None), checkpoint_id, exc) from exc
 
     def _checkpoint_tuple(
-        self, row: tuple, document: dict[str, Any], values: Materializer
+        self, row: tuple, document: dict[str, Any], values: Materializer, *, resume: bool = False
     ) -> CheckpointTuple:
-        """A CheckpointTuple from a checkpoint row (checkpoint, metadata, writes)."""
+        """A CheckpointTuple from a checkpoint row (checkpoint, metadata, writes),
+        as the graph's state version sees it. `resume`: a run may continue from it."""
         (thread_id, checkpoint_ns, checkpoint_id, parent_id, _, metadata_json,
          w_task_ids, w_idxs, w_task_paths, w_channels, w_encodings, w_jsons, w_datas,
          w_types) = row[:_CHECKPOINT_WIDTH]  # fmt: skip
@@ -1418,7 +1438,7 @@ class CheckpointStore:
             pending.append((key_, (w_task_ids[i], channel, value)))
         pending.sort(key=lambda p: p[0])
         checkpoint: Checkpoint = {**document, "channel_values": channel_values}
-        return CheckpointTuple(
+        found = CheckpointTuple(
             config=checkpoint_config(thread_id, checkpoint_ns, checkpoint_id),
             checkpoint=checkpoint,
             metadata=metadata,
@@ -1427,6 +1447,10 @@ class CheckpointStore:
             ),
             pending_writes=[write for _, write in pending],
         )
+        if self.versions is None:
+            return found
+        task_paths = dict(zip(w_task_ids or (), w_task_paths or ()))
+        return self.versions.on_read(found, task_paths, resume=resume)
 
     def _remember_bases(
         self,

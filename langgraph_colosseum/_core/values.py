@@ -26,7 +26,7 @@ from langgraph.checkpoint.serde.base import SerializerProtocol
 from langgraph.checkpoint.serde.encrypted import EncryptedSerializer
 
 from langgraph_colosseum._core import shapes
-from langgraph_colosseum._core.codec import TypeRegistry, is_object_key
+from langgraph_colosseum._core.codec import TypeRegistry, UnregisteredClass, is_object_key
 from langgraph_colosseum._core.crypt import (
     SEALED_KEY,
     Encryption,
@@ -37,9 +37,12 @@ from langgraph_colosseum._core.crypt import (
     value_aad,
 )
 from langgraph_colosseum.errors import (
+    ClassChangedError,
     CodecError,
+    ColosseumError,
     CorruptRowError,
     EncryptedFieldError,
+    UnregisteredClassError,
     UnsupportedValueError,
     ValueNotStorableError,
 )
@@ -50,6 +53,7 @@ except ImportError:  # pragma: no cover
     _Model = None  # type: ignore[assignment,misc]
 
 JSON, SERDE, EMPTY_ENCODING = "json", "serde", "empty"
+ERROR_CHANNEL = "__error__"  # langgraph.checkpoint.serde.types.ERROR
 _IMMUTABLE = frozenset(
     {
         str,
@@ -119,6 +123,9 @@ class ValueCodec:
         self.jsonb_values = not isinstance(serde, EncryptedSerializer)
         self.matching_registry = registry.matching()
         self.encryption = encryption
+        # The classes the serde revives as themselves, as (module, qualname); None:
+        # a serde of the user's own, trusted to revive what it stores.
+        self.serde_revives: frozenset[tuple[str, str]] | None = None
 
     def encrypts(self, channel: str) -> bool:
         """Whether rows of `channel` are stored sealed (see _core/crypt.py)."""
@@ -184,13 +191,40 @@ class ValueCodec:
             raise UnsupportedValueError(_TOO_DEEP, path=too_deep_path(value)) from None
 
     def dump(self, value: Any, where: Where) -> StoredValue:
-        path = "$"
         if self.jsonb_values:
             try:
                 return StoredValue(JSON, self.encode(value)[1], None, None)
             except UnsupportedValueError as exc:
-                path = exc.path
-        return self.dump_serde(value, where, path)
+                return self.dump_fallback(value, where, exc)
+        return self.dump_serde(value, where)
+
+    def dump_fallback(
+        self, value: Any, where: Where, failure: UnsupportedValueError
+    ) -> StoredValue:
+        """`value`, which the typed codec could not express, as serde bytes, or
+        `UnregisteredClassError` if the serde would revive it as a plain dict.
+
+        LangGraph's error writes (`__error__`) are exempt: an exception is
+        stored for the record (the thread's status, get_state's `error`), and
+        the serde keeps what it can of it.
+        """
+        if (
+            type(failure) is UnregisteredClass
+            and self.serde_revives is not None
+            and where.channel != ERROR_CHANNEL
+        ):
+            cls = failure.cls
+            assert cls is not None
+            if (cls.__module__, cls.__qualname__) not in self.serde_revives:
+                raise UnregisteredClassError(
+                    thread_id=where.thread_id,
+                    checkpoint_ns=where.checkpoint_ns,
+                    checkpoint_id=where.checkpoint_id,
+                    channel=where.channel,
+                    path=failure.path,
+                    class_name=f"{cls.__module__}.{cls.__qualname__}",
+                )
+        return self.dump_serde(value, where, failure.path)
 
     def dump_serde(self, value: Any, where: Where, path: str = "$") -> StoredValue:
         try:
@@ -457,9 +491,20 @@ def not_storable(where: Where, path: str, cause: BaseException) -> ValueNotStora
 
 def corrupt_row(
     where: tuple[str, str, str | None], checkpoint_id: str, cause: Any
-) -> CorruptRowError:
-    """The error for a stored row that cannot be read: (thread, ns, channel or None)."""
+) -> ColosseumError:
+    """The error for a stored row that cannot be read: (thread, ns, channel or None).
+
+    A stored class that no longer fits its definition is not corruption: it
+    stays a `ClassChangedError`, with the row's place in its message.
+    """
     thread_id, checkpoint_ns, channel = where
+    if isinstance(cause, ClassChangedError):
+        ns = f", namespace {checkpoint_ns!r}" if checkpoint_ns else ""
+        return ClassChangedError(
+            f"channel {channel!r} of checkpoint {checkpoint_id!r} of thread "
+            f"{thread_id!r}{ns}: {cause.message}",
+            path=cause.path,
+        )
     return CorruptRowError(
         thread_id=thread_id,
         checkpoint_ns=checkpoint_ns,
@@ -547,7 +592,7 @@ class Materializer:
             raise self._error(row.key, checkpoint_id, exc) from exc
 
     @staticmethod
-    def _error(key: ValueKey, checkpoint_id: str, cause: Any) -> CorruptRowError:
+    def _error(key: ValueKey, checkpoint_id: str, cause: Any) -> ColosseumError:
         return corrupt_row(key[:3], checkpoint_id, cause)
 
 

@@ -1,0 +1,447 @@
+"""State schema versions: every checkpoint records the version of the state it
+holds, and a checkpoint of an older version is migrated as it is read.
+
+Sans-IO: `StateVersions` turns a stored `CheckpointTuple` into the one the
+graph of this version would have written, and stamps the version on a put.
+Nothing stored is changed: history stays the record of what happened.
+
+Invariants (each kept by the method named; tests/integration/test_state_versions.py):
+
+* A checkpoint without a recorded version is at version 1 (`version_of`).
+* Migrations run in order, each at most once per read, on private copies of
+  the stored values (`migrate`): the stored rows and every cache of decoded
+  rows stay as read.
+* A migrated checkpoint names every channel at a *marked* version
+  (``<stored version>~v<N>``, `marked`): distinct from every stored version,
+  in the same order as the stored ones, so LangGraph's version comparisons
+  (`versions_seen`) decide as before. The first put that continues from it
+  writes the marked channels' (migrated) values as new rows (`channels_to_write`),
+  so a checkpoint recorded at version N only ever names rows holding version-N
+  values.
+* Pending writes follow their task: a renamed node's pending writes get the
+  task id LangGraph computes for the new node, its interrupts the new
+  interrupt ids (`_follow_renamed_nodes`). A pending task of a node the graph
+  no longer has, and that no migration maps, is an error on resume
+  (`OrphanedTasksError`), never a silently lost step.
+"""
+
+from __future__ import annotations
+
+import binascii
+import dataclasses
+import logging
+import threading
+from collections import OrderedDict
+from collections.abc import Callable, Mapping
+from typing import Any
+
+from langgraph.checkpoint.base import CheckpointTuple
+
+from langgraph_colosseum._core.values import fresh_copy
+from langgraph_colosseum.errors import OrphanedTasksError, StateVersionError
+
+logger = logging.getLogger("langgraph_colosseum")
+
+STATE_VERSION_KEY = "state_version"  # in each checkpoint's metadata
+MIGRATION_SOURCE = "migration"  # metadata["source"] of `colosseum state migrate`'s checkpoints
+_INTERRUPT, _TASKS, _BRANCH, _JOIN = "__interrupt__", "__pregel_tasks", "branch:to:", "join:"
+_PULL, _PUSH = "__pregel_pull", "__pregel_push"
+_WRITTEN_MEMORY = 100_000  # marked rows this process remembers having written
+
+
+def is_state_channel(channel: str) -> bool:
+    """A channel of the graph's state, as opposed to LangGraph's own (tasks, branches)."""
+    return not channel.startswith("__") and ":" not in channel
+
+
+ValuesMigration = Callable[[dict[str, Any]], "dict[str, Any] | None"]
+
+
+@dataclasses.dataclass(frozen=True)
+class Migration:
+    """What changed from one state version to the next.
+
+    `values` gets a dict of state channels and returns the new dict (or changes
+    it in place and returns None). It is also run on each pending task's writes
+    alone, so it must change only the keys present::
+
+        def up_1_to_2(values):
+            if "query" in values:
+                values["queries"] = [values.pop("query")]
+
+    `nodes` maps old node names to new ones (None: the node was removed and its
+    pending work is dropped). `interrupts` maps the value of each pending
+    `interrupt()` of the older version.
+    """
+
+    values: ValuesMigration | None = None
+    nodes: Mapping[str, str | None] = dataclasses.field(default_factory=dict)
+    interrupts: Callable[[Any], Any] | None = None
+
+
+class StateVersions:
+    """The state schema of a graph: its version and the migrations up to it.
+
+    Example:
+        >>> versions = StateVersions(3, {1: up_1_to_2, 2: Migration(up_2_to_3, nodes={"a": "b"})})
+        >>> graph = saver.versioned(builder.compile(), versions)
+    """
+
+    def __init__(
+        self,
+        version: int,
+        migrations: Mapping[int, ValuesMigration | Migration] | None = None,
+    ) -> None:
+        if type(version) is not int or version < 1:
+            raise ValueError(f"a state version is an integer from 1 up, got {version!r}")
+        migrations = dict(migrations or {})
+        expected = set(range(1, version))
+        if set(migrations) != expected:
+            raise ValueError(
+                f"state version {version} needs one migration for each of the versions "
+                f"{sorted(expected)} (the migration numbered n turns version n into n + 1); "
+                f"got {sorted(migrations)}"
+            )
+        self.version = version
+        self.migrations = {
+            n: m if isinstance(m, Migration) else Migration(values=m)
+            for n, m in sorted(migrations.items())
+        }
+        # The graph's nodes and what triggers each (set by `saver.versioned`):
+        # the new task ids of renamed nodes are computed from them.
+        self.node_triggers: dict[str, tuple[str, ...]] | None = None
+        self._suffix = f"~v{version}"
+        self._written: OrderedDict[tuple[str, str, str, str], None] = OrderedDict()
+        self._lock = threading.Lock()
+        self._logged: set[tuple[int, str]] = set()
+
+    def for_graph(self, graph: Any) -> StateVersions:
+        """A copy that knows `graph`'s nodes (a compiled LangGraph graph)."""
+        bound = StateVersions(self.version, self.migrations)
+        bound.node_triggers = {
+            name: tuple(sorted(node.triggers)) for name, node in graph.nodes.items()
+        }
+        return bound
+
+    # ------------------------------------------------------------ writes
+
+    @staticmethod
+    def version_of(metadata: Mapping[str, Any] | None) -> int:
+        """The state version a checkpoint was written at (1 if it records none)."""
+        version = (metadata or {}).get(STATE_VERSION_KEY, 1)
+        return version if type(version) is int else 1
+
+    def stamp(self, metadata: Mapping[str, Any]) -> dict[str, Any]:
+        return {**metadata, STATE_VERSION_KEY: self.version}
+
+    def marked(self, version: Any) -> str:
+        """The version a migrated checkpoint names a channel at (see module docstring)."""
+        if not isinstance(version, str):
+            version = f"{int(version):032}.{0:016}"
+        return version + self._suffix
+
+    def channels_to_write(
+        self, thread_id: str, checkpoint_ns: str, checkpoint: Mapping[str, Any], new_versions: Any
+    ) -> dict[str, Any]:
+        """Channels at a marked version whose rows this put must write: those not
+        written yet (by this process; a second write of one is a no-op)."""
+        extra = {}
+        with self._lock:
+            for channel, version in checkpoint["channel_versions"].items():
+                if (
+                    isinstance(version, str)
+                    and version.endswith(self._suffix)
+                    and channel not in new_versions
+                    and (thread_id, checkpoint_ns, channel, version) not in self._written
+                ):
+                    extra[channel] = version
+        return extra
+
+    def remember_written(
+        self, thread_id: str, checkpoint_ns: str, versions: Mapping[str, Any]
+    ) -> None:
+        with self._lock:
+            for channel, version in versions.items():
+                if isinstance(version, str) and version.endswith(self._suffix):
+                    self._written[(thread_id, checkpoint_ns, channel, version)] = None
+            while len(self._written) > _WRITTEN_MEMORY:
+                self._written.popitem(last=False)
+
+    # ------------------------------------------------------------ reads
+
+    def on_read(
+        self, found: CheckpointTuple, task_paths: Mapping[str, str], *, resume: bool
+    ) -> CheckpointTuple:
+        """`found` as this version of the graph sees it. `task_paths`: each pending
+        task's path; `resume`: the read a run continues from (get_tuple), where
+        orphaned pending tasks are an error."""
+        stored = self.version_of(found.metadata)
+        if stored == self.version:
+            return found
+        if stored > self.version:
+            configurable = found.config["configurable"]
+            raise StateVersionError(
+                thread_id=configurable["thread_id"],
+                checkpoint_id=configurable["checkpoint_id"],
+                stored=stored,
+                code=self.version,
+            )
+        return self.migrate(found, stored, task_paths, resume=resume)
+
+    def migrate(
+        self,
+        found: CheckpointTuple,
+        stored: int,
+        paths: Mapping[str, str],
+        *,
+        resume: bool,
+    ) -> CheckpointTuple:
+        checkpoint = found.checkpoint
+        state = {k: fresh_copy(v) for k, v in checkpoint["channel_values"].items()}
+        writes = [(t, ch, fresh_copy(v)) for t, ch, v in found.pending_writes or ()]
+        renames: dict[str, str | None] = {}
+        for number in range(stored, self.version):
+            migration = self.migrations[number]
+            state = self._migrate_values(number, migration, state)
+            writes = self._migrate_writes(number, migration, writes)
+            for old, new in migration.nodes.items():
+                for start, now in list(renames.items()):
+                    if now == old:
+                        renames[start] = new
+                renames.setdefault(old, new)
+        versions = checkpoint["channel_versions"]
+        values, channel_versions = {}, {}
+        highest = max((str(v) for v in versions.values()), default=f"{0:032}.{0:016}")
+        for channel, value in state.items():
+            name = _renamed_channel(channel, renames)
+            if name is None:
+                continue
+            values[name] = value
+        for channel, version in versions.items():
+            name = _renamed_channel(channel, renames)
+            if name is None or (
+                is_state_channel(channel)
+                and channel not in state
+                and channel in checkpoint["channel_values"]
+            ):
+                continue  # a channel the migrations removed
+            channel_versions[name] = self.marked(version)
+        for channel in values:
+            channel_versions.setdefault(channel, self.marked(highest))  # a channel added
+        versions_seen = {}
+        for node, seen in checkpoint["versions_seen"].items():
+            name = renames.get(node, node)
+            if name is None:
+                continue
+            versions_seen[name] = {
+                renamed: self.marked(v)
+                for ch, v in seen.items()
+                if (renamed := _renamed_channel(ch, renames)) is not None
+            }
+        migrated = {
+            **checkpoint,
+            "channel_values": values,
+            "channel_versions": channel_versions,
+            "versions_seen": versions_seen,
+        }
+        if checkpoint.get("updated_channels") is not None:
+            migrated["updated_channels"] = [
+                name
+                for ch in checkpoint["updated_channels"]
+                if (name := _renamed_channel(ch, renames)) in channel_versions
+            ]
+        writes = self._follow_renamed_nodes(found, migrated, writes, paths, renames, resume)
+        return found._replace(checkpoint=migrated, pending_writes=writes)
+
+    def _migrate_values(self, number: int, migration: Migration, state: dict) -> dict:
+        if migration.values is None:
+            return state
+        user = {k: v for k, v in state.items() if is_state_channel(k)}
+        result = migration.values(user)
+        result = user if result is None else result
+        if not isinstance(result, dict):
+            raise TypeError(
+                f"state migration {number} (version {number} -> {number + 1}) returned a "
+                f"{type(result).__name__}; it must return the dict of channel values (or None)"
+            )
+        return {**{k: v for k, v in state.items() if not is_state_channel(k)}, **result}
+
+    def _migrate_writes(self, number: int, migration: Migration, writes: list) -> list:
+        """Each task's state writes migrated together (as the partial state the
+        task returned), LangGraph's own writes as they are; interrupts mapped."""
+        out: list[tuple[str, str, Any]] = []
+        by_task: dict[str, list[tuple[str, Any]]] = {}
+        for task_id, channel, value in writes:
+            if is_state_channel(channel) and migration.values is not None:
+                by_task.setdefault(task_id, []).append((channel, value))
+        done: set[str] = set()
+        for task_id, channel, value in writes:
+            if task_id in by_task and is_state_channel(channel):
+                if task_id in done:
+                    continue
+                done.add(task_id)
+                group = by_task[task_id]
+                parts = (
+                    [dict(group)]
+                    if len({c for c, _ in group}) == len(group)
+                    else [{c: v} for c, v in group]
+                )
+                for part in parts:
+                    migrated = self._migrate_values(number, migration, part)
+                    out.extend((task_id, c, v) for c, v in migrated.items())
+                continue
+            if channel == _INTERRUPT and migration.interrupts is not None:
+                value = [
+                    dataclasses.replace(i, value=migration.interrupts(i.value))
+                    if hasattr(i, "value")
+                    else i
+                    for i in value
+                ]
+            out.append((task_id, channel, value))
+        return out
+
+    def _follow_renamed_nodes(
+        self,
+        found: CheckpointTuple,
+        checkpoint: dict[str, Any],
+        writes: list,
+        paths: Mapping[str, str],
+        renames: Mapping[str, str | None],
+        resume: bool,
+    ) -> list:
+        """Pending writes under the task ids LangGraph computes for the new nodes;
+        `OrphanedTasksError` (on resume) for tasks of nodes that are gone."""
+        graph = self.node_triggers
+        configurable = found.config["configurable"]
+        checkpoint_ns = configurable.get("checkpoint_ns", "")
+        if graph is None or checkpoint_ns:  # task ids of subgraphs are not recomputed
+            return writes
+        step = (found.metadata or {}).get("step", -1) + 1
+        sends = checkpoint["channel_values"].get(_TASKS) or []
+        new_ids: dict[str, tuple[str, str] | None] = {}  # old task id -> (new id, new node)
+        orphans: dict[str, tuple[str, list[str]]] = {}
+        for task_id, _, _ in writes:
+            if task_id in new_ids or task_id in orphans:
+                continue
+            kind, node, idx = _task_of(paths.get(task_id, ""))
+            if kind == _PUSH and idx is not None and idx < len(sends):
+                node = getattr(sends[idx], "node", None)
+            if node is None:
+                continue
+            name = renames.get(node, node)
+            if name is None:
+                new_ids[task_id] = None  # a removed node: its pending work goes
+                logger.info(
+                    "dropped the pending writes of removed node %r (task %s)", node, task_id
+                )
+                continue
+            if name not in graph:
+                orphans[task_id] = (node, [])
+                continue
+            if name != node:
+                new_ids[task_id] = (self._task_id(checkpoint, name, step, kind, idx), name)
+        for task_id, channel, _ in writes:
+            if task_id in orphans:
+                orphans[task_id][1].append(channel)
+        triggered = [
+            channel[len(_BRANCH) :]
+            for channel, version in checkpoint["channel_versions"].items()
+            if channel.startswith(_BRANCH)
+            and channel[len(_BRANCH) :] not in graph
+            and version
+            > checkpoint["versions_seen"].get(channel[len(_BRANCH) :], {}).get(channel, "")
+        ]
+        if resume and (orphans or triggered):
+            raise OrphanedTasksError(
+                thread_id=configurable["thread_id"],
+                checkpoint_id=configurable["checkpoint_id"],
+                stored=self.version_of(found.metadata),
+                code=self.version,
+                tasks=[(node, task_id, channels) for task_id, (node, channels) in orphans.items()],
+                triggered=[n for n in triggered if n not in {o for o, _ in orphans.values()}],
+            )
+        if sends and any(getattr(s, "node", None) in renames for s in sends):
+            checkpoint["channel_values"][_TASKS] = [
+                dataclasses.replace(s, node=renames[s.node])
+                if dataclasses.is_dataclass(s) and s.node in renames and renames[s.node]
+                else s
+                for s in sends
+            ]
+        out = []
+        for task_id, channel, value in writes:
+            if task_id in new_ids:
+                target = new_ids[task_id]
+                if target is None:
+                    continue
+                new_id, name = target
+                if channel == _INTERRUPT:
+                    value = [_reidentified(i, name, new_id) for i in value]
+                task_id = new_id
+            # Every task's writes to edges of renamed nodes (a join's other side, too).
+            renamed = _renamed_channel(channel, renames)
+            if renamed is not None:
+                out.append((task_id, renamed, value))
+        return out
+
+    def _task_id(
+        self, checkpoint: Mapping[str, Any], node: str, step: int, kind: str, idx: int | None
+    ) -> str:
+        """The id LangGraph gives the task of `node` at `step` of this checkpoint
+        (langgraph.pregel._algo.prepare_single_task, root namespace)."""
+        from langgraph.pregel._algo import _uuid5_str, _xxhash_str
+
+        task_id_func = _xxhash_str if checkpoint["v"] > 1 else _uuid5_str
+        id_bytes = binascii.unhexlify(checkpoint["id"].replace("-", ""))
+        assert self.node_triggers is not None
+        if kind == _PUSH:
+            return task_id_func(id_bytes, node, str(step), node, _PUSH, str(idx))
+        return task_id_func(id_bytes, node, str(step), node, _PULL, *self.node_triggers[node])
+
+
+def _renamed_channel(channel: str, renames: Mapping[str, str | None]) -> str | None:
+    """A channel's name after node renames (None: a node it names is gone).
+
+    StateGraph names edges after nodes: ``branch:to:NODE`` and, for a node
+    waiting on several, ``join:A+B:NODE``.
+    """
+    if not renames:
+        return channel
+    if channel.startswith(_BRANCH):
+        node = channel[len(_BRANCH) :]
+        if node in renames:
+            new = renames[node]
+            return None if new is None else _BRANCH + new
+    elif channel.startswith(_JOIN) and channel.count(":") == 2:
+        _, sources, target = channel.split(":")
+        names = [renames.get(n, n) for n in (*sources.split("+"), target)]
+        if any(n is None for n in names):
+            return None
+        return f"{_JOIN}{'+'.join(names[:-1])}:{names[-1]}"  # type: ignore[arg-type]
+    return channel
+
+
+def _task_of(path: str) -> tuple[str | None, str | None, int | None]:
+    """(kind, node, send index) of a stored task path ("~__pregel_pull, node")."""
+    parts = path.lstrip("~").split(", ")
+    if len(parts) >= 2 and parts[0] == _PULL:
+        return _PULL, parts[1], None
+    if len(parts) == 2 and parts[0] == _PUSH and parts[1].isdigit():
+        return _PUSH, None, int(parts[1])
+    return None, None, None
+
+
+def _reidentified(interrupt: Any, node: str, task_id: str) -> Any:
+    """An interrupt of a renamed node, with the id the new node's task gives it."""
+    from langgraph.types import Interrupt
+
+    if not isinstance(interrupt, Interrupt):
+        return interrupt
+    return dataclasses.replace(interrupt, id=Interrupt.from_ns(None, f"{node}:{task_id}").id)
+
+
+def schema_of(versions: StateVersions | int, migrations: Any = None) -> StateVersions:
+    if isinstance(versions, StateVersions):
+        if migrations is not None:
+            raise TypeError("pass migrations= with a version number, not with StateVersions")
+        return versions
+    return StateVersions(versions, migrations)
