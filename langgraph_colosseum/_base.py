@@ -35,16 +35,25 @@ from langgraph.checkpoint.base import (
 from langgraph.checkpoint.serde.base import SerializerProtocol, maybe_add_typed_methods
 from langgraph.checkpoint.serde.jsonplus import JsonPlusSerializer
 
+from langgraph_colosseum._core import sql
 from langgraph_colosseum._core.codec import TypeRegistry, default_registry
 from langgraph_colosseum._core.crypt import Encryption
 from langgraph_colosseum._core.hot import DEFAULT_HOT_TTL, KEY_PREFIX, HotHead
-from langgraph_colosseum._core.io import Operation
+from langgraph_colosseum._core.io import Operation, Query, single
 from langgraph_colosseum._core.rekey import DEFAULT_BATCH_SIZE, rekey
 from langgraph_colosseum._core.shapes import DEFAULT_SNAPSHOT_EVERY
 from langgraph_colosseum._core.store import DEFAULT_PAGE_SIZE, CheckpointStore, next_version
 from langgraph_colosseum._core.threads import Retention
 from langgraph_colosseum._core.values import ValueCodec
-from langgraph_colosseum._core.versions import Migration, StateVersions, schema_of
+from langgraph_colosseum._core.versions import (
+    ALREADY,
+    MIGRATED,
+    PENDING,
+    Migration,
+    StateVersions,
+    migrate_head,
+    schema_of,
+)
 from langgraph_colosseum.errors import InvalidConfigError
 from langgraph_colosseum.runs import Runs
 from langgraph_colosseum.threads import DEFAULT_LEASE, OnBusy
@@ -55,6 +64,9 @@ if TYPE_CHECKING:
 logger = logging.getLogger("langgraph_colosseum")
 
 T = TypeVar("T")
+# A migrating thread's run guard: short, so a killed migration's threads are
+# free again soon for its rerun.
+MIGRATION_LEASE = timedelta(seconds=10)
 # The driver's thread registry API, so `saver.threads` is typed per driver.
 ThreadsT = TypeVar("ThreadsT", bound="Threads | AsyncThreads")
 
@@ -179,6 +191,58 @@ class ColosseumSaverBase(BaseCheckpointSaver[str], abc.ABC, Generic[ThreadsT]):
         clone = copy.copy(self)
         clone._store = self._store.with_versions(versions)
         return graph.copy(update={"checkpointer": clone})
+
+    def state_versions(self) -> dict[int, int]:
+        """How many threads are at each state version (their root head's), lowest first.
+
+        Example:
+            >>> saver.state_versions()
+            {1: 120, 3: 4031}
+        """
+        rows = self._run(single(Query(sql.STATE_VERSION_COUNTS)))
+        return {int(version): int(count) for version, count in rows}
+
+    def migrate_state(
+        self,
+        version: int | StateVersions,
+        migrations: Mapping[int, Callable[[dict[str, Any]], Any] | Migration] | None = None,
+        *,
+        batch_size: int = 100,
+        lease: timedelta = MIGRATION_LEASE,
+        progress: Callable[[str, str], None] | None = None,
+    ) -> dict[str, int]:
+        """Bring every thread's head up to state `version`, as a new checkpoint
+        whose metadata says ``source: "migration"`` (and ``migrated_from``).
+
+        Threads are taken in batches, by id; each is migrated holding its run
+        guard (`lease`), so a worker's run and the migration never interleave:
+        the migration waits for a run in progress to end. Safe to stop and run
+        again: a thread already at `version` is skipped, so each migrates once
+        (a killed run's guard lapses after `lease`). A head with pending writes
+        (an interrupt, a step cut short) is left to migrate on read when it
+        resumes: its writes belong to its checkpoint. Returns counts.
+
+        Example:
+            >>> saver.migrate_state(3, {1: up_1_to_2, 2: up_2_to_3})
+            {'migrated': 4031, 'pending': 2}
+        """
+        versions = schema_of(version, migrations)
+        store = self._store.with_versions(versions)
+        counts = {MIGRATED: 0, PENDING: 0}
+        after = ""
+        while True:
+            params = {"after": after, "version": versions.version, "batch_size": batch_size}
+            rows = self._run(single(Query(sql.THREADS_BELOW_STATE_VERSION, params)))
+            if not rows:
+                return counts
+            for (thread_id,) in rows:
+                with self.run_guard(thread_id, on_busy="wait", lease=lease):
+                    outcome = self._run(migrate_head(store, thread_id))
+                if outcome != ALREADY:
+                    counts[outcome] += 1
+                if progress is not None:
+                    progress(thread_id, outcome)
+            after = rows[-1][0]
 
     def _use_serde(self, serde: SerializerProtocol) -> None:
         self.serde = maybe_add_typed_methods(serde)

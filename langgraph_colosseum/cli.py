@@ -54,6 +54,7 @@ from langgraph_colosseum._core.crypt import Encryption
 from langgraph_colosseum._core.hot import KEY_PREFIX
 from langgraph_colosseum._core.threads import STATUSES
 from langgraph_colosseum._redact import redact, safe
+from langgraph_colosseum.cli_state import state_app
 from langgraph_colosseum.cli_store import store_app
 from langgraph_colosseum.demo import DEFAULT_TICKER, DemoFailedError
 from langgraph_colosseum.demo import run as run_demo
@@ -73,6 +74,7 @@ app = typer.Typer(
 embedded_app = typer.Typer(help="The embedded PostgreSQL and Valkey used when no URL is set.")
 app.add_typer(embedded_app, name="embedded")
 app.add_typer(store_app, name="store")
+app.add_typer(state_app, name="state")
 
 
 def _command(*args: Any, **kwargs: Any) -> Callable[[F], F]:

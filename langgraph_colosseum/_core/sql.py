@@ -1146,3 +1146,29 @@ REKEY_UPDATE_STORE = """
 UPDATE colosseum_store_items SET value = %(new)s::jsonb
 WHERE prefix = %(prefix)s AND key = %(key)s AND value::text = %(old)s
 """
+
+
+# ------------------------------------------------------------ state versions
+# (see _core/versions.py): the state version of each thread is its root head's
+# metadata.state_version, 1 when it records none.
+
+_HEAD_STATE_VERSION = "coalesce((c.metadata ->> 'state_version')::int, 1)"
+
+STATE_VERSION_COUNTS = f"""
+SELECT {_HEAD_STATE_VERSION} AS version, count(*)
+FROM colosseum_threads t
+JOIN colosseum_checkpoints c
+  ON c.thread_id = t.thread_id AND c.checkpoint_ns = '' AND c.checkpoint_id = t.head_checkpoint_id
+GROUP BY 1 ORDER BY 1
+"""
+
+# The next threads (by id, after a cursor) whose head is below a version.
+THREADS_BELOW_STATE_VERSION = f"""
+SELECT t.thread_id
+FROM colosseum_threads t
+JOIN colosseum_checkpoints c
+  ON c.thread_id = t.thread_id AND c.checkpoint_ns = '' AND c.checkpoint_id = t.head_checkpoint_id
+WHERE t.thread_id > %(after)s AND {_HEAD_STATE_VERSION} < %(version)s
+ORDER BY t.thread_id
+LIMIT %(batch_size)s
+"""

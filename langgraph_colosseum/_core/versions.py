@@ -398,6 +398,41 @@ class StateVersions:
         return task_id_func(id_bytes, node, str(step), node, _PULL, *self.node_triggers[node])
 
 
+MIGRATED, ALREADY, PENDING = "migrated", "already", "pending"
+
+
+def migrate_head(store: Any, thread_id: str) -> Any:
+    """Operation: bring the root head of `thread_id` to `store.versions`' version
+    as a new checkpoint (metadata source "migration"); MIGRATED, ALREADY (at that
+    version or newer) or PENDING (it has pending writes, which belong to their
+    checkpoint's id: it is migrated on read when it resumes).
+
+    Run it holding the thread's run guard, so no other write interleaves.
+    """
+    from langgraph.checkpoint.base import create_checkpoint
+
+    versions: StateVersions = store.versions
+    config = {"configurable": {"thread_id": thread_id, "checkpoint_ns": ""}}
+    found = yield from store.get_tuple(config)
+    if found is None:
+        return ALREADY
+    stored = versions.version_of(found.metadata)
+    if stored >= versions.version:
+        return ALREADY
+    if found.pending_writes:
+        return PENDING
+    step = (found.metadata or {}).get("step", -1) + 1
+    checkpoint = create_checkpoint(found.checkpoint, None, step)
+    metadata = {
+        "source": MIGRATION_SOURCE,
+        "step": step,
+        "parents": (found.metadata or {}).get("parents", {}),
+        "migrated_from": stored,
+    }
+    yield from store.put(found.config, checkpoint, metadata, {})
+    return MIGRATED
+
+
 def _renamed_channel(channel: str, renames: Mapping[str, str | None]) -> str | None:
     """A channel's name after node renames (None: a node it names is gone).
 

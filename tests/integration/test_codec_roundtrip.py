@@ -24,7 +24,7 @@ from langgraph.types import Send
 
 from langgraph_colosseum import ColosseumSaver
 from langgraph_colosseum._core.codec import in_jsonb_order
-from langgraph_colosseum.errors import ValueNotStorableError
+from langgraph_colosseum.errors import UnregisteredClassError, ValueNotStorableError
 from tests.conftest import truncate
 from tests.unit.test_codec import APP_TYPES, Position, plain_keys, same, values
 
@@ -164,31 +164,43 @@ def test_values_are_queryable_jsonb(saver: ColosseumSaver, pg_url: str) -> None:
         assert model == ("AAPL", "number")
 
 
-# ------------------------------------------------------------ serde fallback
+# ------------------------------------------------------------ unregistered classes
 
 
-def test_unexpressible_value_falls_back_to_serde(saver: ColosseumSaver, pg_url: str) -> None:
+def test_unregistered_class_is_refused_at_write_time(saver: ColosseumSaver, pg_url: str) -> None:
+    """Stored, an unregistered class would come back as a dict of its fields (the
+    strict serde does not construct it): it is refused instead, naming what to do."""
     value = {"pos": NotRegistered("AAPL", [1, 2]), "n": 1}
-    _, stored = put_value(saver, "fallback", {"state": value, "plain": {"ticker": "AAPL"}})
-    assert encodings(pg_url, "fallback") == {"state": "serde", "plain": "json"}
-    saver.put_writes(stored, [("w", NotRegistered("MSFT", []))], task_id="t")
+    _, parent = put_value(saver, "fallback", {"plain": {"ticker": "AAPL"}})
+    before = row_counts(pg_url)
+    checkpoint = empty_checkpoint()
+    checkpoint["channel_values"] = {"state": value}
+    checkpoint["channel_versions"] = {"state": "1"}
+    with pytest.raises(UnregisteredClassError) as info:
+        saver.put(parent, checkpoint, {}, {"state": "1"})
+    message = str(info.value)
+    assert "types=" in message and "register_type" in message
+    assert "NotRegistered" in message and "$.pos" in message and "'state'" in message
+    assert info.value.path == "$.pos"
+    assert row_counts(pg_url) == before
 
-    # The default fallback serde is strict: an unregistered class is not
-    # constructed on read, its data comes back as plain fields; nothing is lost.
-    got = saver.get_tuple(stored)
-    assert got is not None
-    assert got.checkpoint["channel_values"]["state"] == {
-        "pos": {"ticker": "AAPL", "lots": [1, 2]},
-        "n": 1,
-    }
-    assert got.pending_writes == [("t", "w", {"ticker": "MSFT", "lots": []})]
+    # A task whose output holds one: its only pending write is the error
+    # (LangGraph's ERROR writes hold exceptions, stored by the serde as ever).
+    with pytest.raises(UnregisteredClassError):
+        saver.put_writes(parent, [("w", NotRegistered("MSFT", []))], task_id="t")
+    pending = saver.get_tuple(parent).pending_writes  # type: ignore[union-attr]
+    assert [(task, channel) for task, channel, _ in pending] == [("t", ERROR)]
+    assert "register_type" in str(pending[0][2])
 
-    # Registering the class lets the same stored bytes revive exactly.
+    # Registered, the same values are stored and revive as the class.
     saver.register_type(NotRegistered)
+    _, stored = put_value(saver, "fallback", {"state": value, "plain": {"ticker": "AAPL"}})
+    saver.put_writes(stored, [("w", NotRegistered("MSFT", []))], task_id="t")
     got = saver.get_tuple(stored)
     assert got is not None
     assert same(got.checkpoint["channel_values"], {"state": value, "plain": {"ticker": "AAPL"}})
     assert same(got.pending_writes, [("t", "w", NotRegistered("MSFT", []))])
+    assert encodings(pg_url, "fallback") == {"state": "json", "plain": "json"}
 
 
 def test_user_serde_is_honoured(pg_url: str) -> None:
