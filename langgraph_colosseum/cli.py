@@ -161,10 +161,12 @@ def _import_class(name: str) -> type:
 
 
 @contextmanager
-def _saver() -> Iterator[ColosseumSaver]:
+def _saver(**options: Any) -> Iterator[ColosseumSaver]:
     # An encrypted database is read with its keys, as the application reads it.
     encryption = _encryption() if os.environ.get(ENCRYPTION_KEYS_ENV) else None
-    with ColosseumSaver.from_env(pool_size=2, types=list(_TYPES), encryption=encryption) as saver:
+    with ColosseumSaver.from_env(
+        pool_size=2, types=list(_TYPES), encryption=encryption, **options
+    ) as saver:
         yield saver
 
 

@@ -16,15 +16,16 @@ from typing import Any
 import typer
 
 from langgraph_colosseum._cli_style import BAD_INPUT, Fail, command, emit, row, table
+from langgraph_colosseum._core.hot import KEY_PREFIX
 from langgraph_colosseum._core.versions import StateVersions
 
 state_app = typer.Typer(help="State schema versions of the threads: count them, migrate them.")
 
 
-def _saver() -> Any:
+def _saver(**options: Any) -> Any:
     from langgraph_colosseum.cli import _saver as saver
 
-    return saver()
+    return saver(**options)
 
 
 @command(state_app, "versions")
@@ -77,11 +78,15 @@ def migrate(
     lease: float = typer.Option(
         10.0, "--lease", min=0.5, help="Seconds a killed run keeps a thread's guard."
     ),
+    cache_prefix: str = typer.Option(
+        KEY_PREFIX, "--cache-prefix", help="The cache_prefix your savers use (Redis heads)."
+    ),
     verbose: bool = typer.Option(False, "--verbose", "-v", help="Print each thread as it goes."),
 ) -> None:
     """Bring the heads of older threads to version --to, as new checkpoints.
 
-    Each migrated head gets a checkpoint with metadata source "migration", so
+    Stored values of your own classes are read and written again: name them
+    with --types, as for every command. Each migrated head gets a checkpoint with metadata source "migration", so
     the history shows it. Workers may keep running: each thread is migrated
     under its run guard (it waits for a run in progress). Safe to stop and run
     again; a thread migrates once.
@@ -95,7 +100,7 @@ def migrate(
         if verbose:
             typer.echo(f"{thread_id}: {outcome}")
 
-    with _saver() as saver:
+    with _saver(cache_prefix=cache_prefix) as saver:
         counts = saver.migrate_state(
             target, batch_size=batch_size, lease=timedelta(seconds=lease), progress=progress
         )

@@ -1,11 +1,11 @@
 """One application at three state versions, each run in a process of its own.
 
-    APP_STATE_VERSION=N python tests/integration/versioned_app.py COMMAND PG_URL REDIS_URL PREFIX
+    APP_STATE_VERSION=N python -m tests.integration.versioned_app COMMAND PG_URL REDIS_URL PREFIX [ARG]
 
 Version 1 writes threads; versions 2 and 3 resume them, as a deploy would. The
 module defines the classes and graph of the version named by APP_STATE_VERSION,
 under the same module and class names each time (a stored `Profile` names
-``versioned_app:Profile`` whatever its definition).
+``tests.integration.versioned_app:Profile`` whatever its definition).
 
 v1 -> v2: `title` renamed `headline`; `tag` str -> list[str]; channel `scratch`
 removed; `Profile` gains `tier` (default "free") and loses `legacy_score`;
@@ -126,10 +126,22 @@ def interrupt_1_to_2(value: str) -> dict:
 def migrations(*, map_nodes: bool = True) -> dict:
     from langgraph_colosseum import Migration
 
-    found: dict[int, Any] = {1: Migration(up_1_to_2, interrupts=interrupt_1_to_2)}
+    found: dict[int, Any] = {}
+    if VERSION >= 2:
+        found[1] = Migration(up_1_to_2, interrupts=interrupt_1_to_2)
     if VERSION >= 3:
         found[2] = Migration(nodes={"summarise": "summarize"} if map_nodes else {})
     return found
+
+
+def versions() -> Any:
+    """This version's StateVersions (what `colosseum state migrate --migrations` loads)."""
+    from langgraph_colosseum import StateVersions
+
+    return StateVersions(VERSION, migrations())
+
+
+VERSIONS = versions()
 
 
 # The three threads of the issue, by kind: (title, how the v1 run ends).
@@ -188,9 +200,34 @@ def saver_for(pg_url: str, redis_url: str, prefix: str) -> Any:
     )
 
 
-def main(command: str, pg_url: str, redis_url: str, prefix: str) -> dict:
+def main(command: str, pg_url: str, redis_url: str, prefix: str, arg: str = "") -> dict:
     out: dict[str, Any] = {}
     with saver_for(pg_url, redis_url, prefix) as saver:
+        if command == "seed":  # v1: `arg` finished threads for `colosseum state migrate`
+            graph = builder().compile(checkpointer=saver)
+            for i in range(int(arg)):
+                graph.invoke(v1_input(f"m{i}"), {"configurable": {"thread_id": f"m-{i:03}"}})
+            return out
+        if command == "work":  # this version's worker: new threads until `arg` exists
+            graph = saver.versioned(builder().compile(), VERSIONS)
+            done = 0
+            while not os.path.exists(arg):
+                graph.invoke(v2_input(f"w{done}"), {"configurable": {"thread_id": f"w-{os.getpid()}-{done}"}})
+                done += 1
+            out["threads"] = done
+            return out
+        if command == "check":  # the migrated heads, as this version's graph reads them
+            graph = saver.versioned(builder().compile(), VERSIONS)
+            reference = builder().compile(checkpointer=InMemorySaver())
+            for i in range(int(arg)):
+                thread_id = f"m-{i:03}"
+                reference.invoke(v2_input(f"m{i}"), {"configurable": {"thread_id": thread_id}})
+                ours = graph.get_state({"configurable": {"thread_id": thread_id}})
+                theirs = reference.get_state({"configurable": {"thread_id": thread_id}})
+                # v1's summary has no tier: the only value v1 code made differently.
+                theirs.values["summary"] = theirs.values["summary"].removesuffix(":free")
+                out[thread_id] = [repr(ours.values), repr(theirs.values), ours.metadata["source"]]
+            return out
         if command == "write":  # v1: every thread, for each later version to resume
             graph = builder().compile(checkpointer=saver)
             for later in ("v2", "v3", "orphan"):
@@ -206,10 +243,20 @@ def main(command: str, pg_url: str, redis_url: str, prefix: str) -> dict:
                 out["error"] = f"{type(exc).__name__}: {exc}"
             return out
         if command == "history":  # time travel to the v1 checkpoints under this code
-            history = list(graph.get_state_history({"configurable": {"thread_id": "v2-ask"}}))
-            out["history"] = [
-                (h.metadata.get("state_version", 1), repr(h.values), h.next) for h in history
-            ]
+            # v2-ask: written by v1, resumed by v2, read by this version.
+            config = {"configurable": {"thread_id": "v2-ask"}}
+            history = list(graph.get_state_history(config))
+            out["versions"] = [h.metadata.get("state_version", 1) for h in history]
+            out["history"] = [repr((h.values, h.next)) for h in history]
+            oldest_interrupted = [h for h in history if h.interrupts][-1]
+            out["travel"] = repr(
+                [i.value for i in graph.get_state(oldest_interrupted.config).interrupts]
+            )
+            reference = builder().compile(checkpointer=InMemorySaver())
+            first_run(reference, "ask", "ref", "ask-1", v2_input("ask-1"))
+            second_run(reference, "ask", "ref")
+            theirs = reference.get_state_history({"configurable": {"thread_id": "ref"}})
+            out["reference"] = [repr((h.values, h.next)) for h in theirs]
             return out
         for kind, title in KINDS.items():
             thread_id = f"v{VERSION}-{kind}"
@@ -225,4 +272,8 @@ def main(command: str, pg_url: str, redis_url: str, prefix: str) -> dict:
 
 
 if __name__ == "__main__":
-    print(json.dumps(main(*sys.argv[1:])))
+    # Run as the module `tests.integration.versioned_app`, not as __main__: the
+    # stored class names must be the same in every process.
+    from tests.integration import versioned_app
+
+    print(json.dumps(versioned_app.main(*sys.argv[1:])))

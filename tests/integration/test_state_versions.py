@@ -1,0 +1,180 @@
+"""State schema versions (issue 16): code of a newer state version resumes,
+reads and migrates threads that older code wrote, each version in a process of
+its own (tests/integration/versioned_app.py is the application)."""
+
+from __future__ import annotations
+
+import json
+import os
+import subprocess
+import sys
+import uuid
+from collections.abc import Iterator
+from pathlib import Path
+from typing import Any
+
+import psycopg
+import pytest
+from psycopg import conninfo
+
+from langgraph_colosseum import ColosseumSaver
+from tests.conftest import redis_url, server_url
+
+ROOT = Path(__file__).resolve().parents[2]
+
+
+@pytest.fixture
+def fresh_url() -> Iterator[str]:
+    """A database of this test's own, set up."""
+    admin_url = server_url()
+    name = f"colosseum_versions_{uuid.uuid4().hex[:10]}"
+    with psycopg.connect(admin_url, autocommit=True) as admin:
+        admin.execute(f'CREATE DATABASE "{name}"')
+    url = conninfo.make_conninfo(admin_url, dbname=name)
+    with ColosseumSaver.from_conn_string(url, pool_size=1) as saver:
+        saver.setup()
+    try:
+        yield url
+    finally:
+        with psycopg.connect(admin_url, autocommit=True) as admin:
+            admin.execute(f'DROP DATABASE IF EXISTS "{name}" WITH (FORCE)')
+
+
+def app_env(version: int) -> dict[str, str]:
+    return {**os.environ, "APP_STATE_VERSION": str(version), "PYTHONPATH": str(ROOT)}
+
+
+def run_app(version: int, command: str, url: str, prefix: str, arg: str = "") -> dict[str, Any]:
+    """One command of the application at `version`, in a new process; its JSON."""
+    done = subprocess.run(
+        [sys.executable, "-m", "tests.integration.versioned_app", command, url, redis_url(),
+         prefix, arg],
+        cwd=ROOT, env=app_env(version), capture_output=True, text=True, timeout=120,
+    )  # fmt: skip
+    assert done.returncode == 0, done.stderr[-3000:]
+    return json.loads(done.stdout.strip().splitlines()[-1])
+
+
+def stored_rows(url: str, thread_id: str) -> set[tuple]:
+    """Every stored row of a thread, as text."""
+    with psycopg.connect(url) as conn:
+        return {
+            (table, *row)
+            for table in ("colosseum_checkpoints", "colosseum_channel_values", "colosseum_writes")
+            for row in conn.execute(
+                f"SELECT t::text FROM {table} t WHERE thread_id = %s", [thread_id]
+            ).fetchall()
+        }
+
+
+def test_newer_code_resumes_what_older_code_wrote(fresh_url: str) -> None:
+    prefix = f"colosseum-versions-{uuid.uuid4().hex[:8]}:"
+    run_app(1, "write", fresh_url, prefix)
+    v1_rows = stored_rows(fresh_url, "v2-ask")
+
+    # v2 code in a new process: a finished thread continued, an interrupt
+    # resumed, a step cut short (one parallel task's writes pending) finished.
+    # Each ends as v2 code ends on v2 data, by repr.
+    seen = run_app(2, "resume", fresh_url, prefix)
+    for kind in ("done", "ask", "fail"):
+        assert seen[kind] == seen[f"{kind}:reference"], kind
+    for kind in ("ask", "fail"):  # the stopped threads, before the resume, too
+        assert seen[f"{kind}:before"] == seen[f"{kind}:before:reference"], kind
+
+    # v3 (summarise renamed summarize) on threads v1 wrote: the interrupted
+    # task follows its node to the new name.
+    seen = run_app(3, "resume", fresh_url, prefix)
+    for kind in ("done", "ask", "fail"):
+        assert seen[kind] == seen[f"{kind}:reference"], kind
+    assert "('summarize',)" in seen["ask:before"]
+
+    # Without the node mapping, the resume says which tasks are orphaned and how to map them.
+    error = run_app(3, "orphan", fresh_url, prefix)["error"]
+    assert error.startswith("OrphanedTasksError")
+    assert "'orphan-ask'" in error and "node 'summarise'" in error and "__interrupt__" in error
+    assert "nodes={'summarise': 'new_name'}" in error
+
+    # Time travel under v3 over a thread v1 wrote and v2 resumed: every
+    # checkpoint shows v3's view, as v3 code's own history on v3 data; the
+    # rows v1 wrote are all still there, unchanged.
+    travel = run_app(3, "history", fresh_url, prefix)
+    assert travel["versions"][0] == 2 and set(travel["versions"][1:]) == {1}
+    assert travel["history"] == travel["reference"]
+    assert travel["travel"] == "[{'approve': 'ask-1'}]"
+    assert v1_rows <= stored_rows(fresh_url, "v2-ask")
+    with psycopg.connect(fresh_url) as conn:
+        assert conn.execute(
+            "SELECT count(*) FROM colosseum_checkpoints WHERE thread_id = 'v2-ask' "
+            "AND metadata ? 'state_version'"
+        ).fetchone() == (1,)  # the one v2 wrote; none rewritten
+
+
+def test_state_migrate_beside_live_workers_killed_and_rerun(fresh_url: str, tmp_path: Path) -> None:
+    prefix = f"colosseum-versions-{uuid.uuid4().hex[:8]}:"
+    threads = 40
+    run_app(1, "seed", fresh_url, prefix, str(threads))
+    stop = tmp_path / "stop"
+    workers = [
+        subprocess.Popen(
+            [sys.executable, "-m", "tests.integration.versioned_app", "work", fresh_url,
+             redis_url(), prefix, str(stop)],
+            cwd=ROOT, env=app_env(2), stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True,
+        )  # fmt: skip
+        for _ in range(4)
+    ]
+    migrate = [
+        sys.executable, "-m", "langgraph_colosseum.cli", "--dsn", fresh_url, "--redis-url",
+        redis_url(), "--types", "tests.integration.versioned_app:Profile", "state", "migrate",
+        "--to", "2", "--migrations", "tests.integration.versioned_app:VERSIONS",
+        "--batch-size", "5", "--lease", "1", "--cache-prefix", prefix,
+    ]  # fmt: skip
+    try:
+        # Killed halfway: after 15 threads it reported migrated.
+        first = subprocess.Popen(
+            [*migrate, "--verbose"], cwd=ROOT, env=app_env(2), stdout=subprocess.PIPE,
+            stderr=subprocess.PIPE, text=True, start_new_session=True,
+        )  # fmt: skip
+        assert first.stdout is not None
+        reported = []
+        for line in first.stdout:
+            reported.append(line)
+            if len(reported) == 15:
+                first.kill()
+                break
+        first.wait(timeout=30)
+        assert all(line.endswith(": migrated\n") for line in reported), reported
+        assert len(reported) == 15
+
+        rerun = subprocess.run(
+            migrate, cwd=ROOT, env=app_env(2), capture_output=True, text=True, timeout=120
+        )
+        assert rerun.returncode == 0, rerun.stderr[-3000:]
+        migrated = int(rerun.stdout.split("migrated ")[1].split()[0])
+        # The thread being migrated when it was killed may have been written too.
+        assert threads - 16 <= migrated <= threads - 15, rerun.stdout
+        again = subprocess.run(
+            migrate, cwd=ROOT, env=app_env(2), capture_output=True, text=True, timeout=120
+        )
+        assert again.returncode == 0 and again.stdout.startswith("migrated 0 threads"), again.stdout
+    finally:
+        stop.touch()
+        outputs = [worker.communicate(timeout=60) for worker in workers]
+    for worker, (out, err) in zip(workers, outputs):
+        assert worker.returncode == 0, err[-3000:]
+        assert json.loads(out.strip().splitlines()[-1])["threads"] > 0
+
+    # Every old thread is at version 2, migrated exactly once; the workers'
+    # threads were written at version 2 by their code.
+    with psycopg.connect(fresh_url) as conn:
+        per_thread = conn.execute(
+            "SELECT thread_id, count(*) FILTER (WHERE metadata ->> 'source' = 'migration') "
+            "FROM colosseum_checkpoints WHERE thread_id LIKE 'm-%' GROUP BY thread_id"
+        ).fetchall()
+    assert sorted(per_thread) == [(f"m-{i:03}", 1) for i in range(threads)]
+    with ColosseumSaver.from_conn_string(fresh_url) as saver:
+        assert list(saver.state_versions()) == [2]
+    # And each migrated head holds what v2 code reads from the v1 thread.
+    checked = run_app(2, "check", fresh_url, prefix, str(threads))
+    for thread_id, (ours, reference, source) in checked.items():
+        assert ours == reference, thread_id
+        assert source == "migration", thread_id
