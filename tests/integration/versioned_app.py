@@ -20,6 +20,7 @@ import json
 import operator
 import os
 import sys
+import time
 from typing import Annotated, Any, TypedDict
 
 import pydantic
@@ -200,6 +201,21 @@ def saver_for(pg_url: str, redis_url: str, prefix: str) -> Any:
     )
 
 
+def write(saver: Any) -> None:
+    """v1: every kind of thread, for each later version to resume."""
+    graph = builder().compile(checkpointer=saver)
+    for later in ("v2", "v3", "orphan"):
+        for kind, title in KINDS.items():
+            first_run(graph, kind, f"{later}-{kind}", title, v1_input(title))
+
+
+def seed(saver: Any, count: int) -> None:
+    """v1: `count` finished threads, for `colosseum state migrate`."""
+    graph = builder().compile(checkpointer=saver)
+    for i in range(count):
+        graph.invoke(v1_input(f"m{i}"), {"configurable": {"thread_id": f"m-{i:03}"}})
+
+
 def main(command: str, pg_url: str, redis_url: str, prefix: str, arg: str = "") -> dict:
     out: dict[str, Any] = {}
     with saver_for(pg_url, redis_url, prefix) as saver:
@@ -212,8 +228,10 @@ def main(command: str, pg_url: str, redis_url: str, prefix: str, arg: str = "") 
             graph = saver.versioned(builder().compile(), VERSIONS)
             done = 0
             while not os.path.exists(arg):
-                graph.invoke(v2_input(f"w{done}"), {"configurable": {"thread_id": f"w-{os.getpid()}-{done}"}})
+                config = {"configurable": {"thread_id": f"w-{os.getpid()}-{done}"}}
+                graph.invoke(v2_input(f"w{done}"), config)
                 done += 1
+                time.sleep(0.02)  # leave the (shared, small) machine to the migration too
             out["threads"] = done
             return out
         if command == "check":  # the migrated heads, as this version's graph reads them
@@ -235,29 +253,6 @@ def main(command: str, pg_url: str, redis_url: str, prefix: str, arg: str = "") 
                     first_run(graph, kind, f"{later}-{kind}", title, v1_input(title))
             return out
         graph = saver.versioned(builder().compile(), VERSION, migrations())
-        if command == "orphan":  # v3 code whose migrations forget the renamed node
-            bare = saver.versioned(builder().compile(), VERSION, migrations(map_nodes=False))
-            try:
-                bare.invoke(Command(resume="yes"), {"configurable": {"thread_id": "orphan-ask"}})
-            except Exception as exc:
-                out["error"] = f"{type(exc).__name__}: {exc}"
-            return out
-        if command == "history":  # time travel to the v1 checkpoints under this code
-            # v2-ask: written by v1, resumed by v2, read by this version.
-            config = {"configurable": {"thread_id": "v2-ask"}}
-            history = list(graph.get_state_history(config))
-            out["versions"] = [h.metadata.get("state_version", 1) for h in history]
-            out["history"] = [repr((h.values, h.next)) for h in history]
-            oldest_interrupted = [h for h in history if h.interrupts][-1]
-            out["travel"] = repr(
-                [i.value for i in graph.get_state(oldest_interrupted.config).interrupts]
-            )
-            reference = builder().compile(checkpointer=InMemorySaver())
-            first_run(reference, "ask", "ref", "ask-1", v2_input("ask-1"))
-            second_run(reference, "ask", "ref")
-            theirs = reference.get_state_history({"configurable": {"thread_id": "ref"}})
-            out["reference"] = [repr((h.values, h.next)) for h in theirs]
-            return out
         for kind, title in KINDS.items():
             thread_id = f"v{VERSION}-{kind}"
             out[f"{kind}:before"] = state_repr(graph, thread_id)
@@ -268,6 +263,35 @@ def main(command: str, pg_url: str, redis_url: str, prefix: str, arg: str = "") 
             out[f"{kind}:before:reference"] = state_repr(reference, "ref")
             second_run(reference, kind, "ref")
             out[f"{kind}:reference"] = state_repr(reference, "ref")
+        if VERSION >= 3:
+            out.update(orphan(saver))
+            out.update(history(graph))
+    return out
+
+
+def orphan(saver: Any) -> dict:
+    """v3 code whose migrations forget the renamed node resumes an interrupted thread."""
+    bare = saver.versioned(builder().compile(), VERSION, migrations(map_nodes=False))
+    try:
+        bare.invoke(Command(resume="yes"), {"configurable": {"thread_id": "orphan-ask"}})
+    except Exception as exc:
+        return {"error": f"{type(exc).__name__}: {exc}"}
+    return {"error": None}
+
+
+def history(graph: Any) -> dict:
+    """Time travel under this code over v2-ask: written by v1, resumed by v2."""
+    config = {"configurable": {"thread_id": "v2-ask"}}
+    history = list(graph.get_state_history(config))
+    out: dict[str, Any] = {"versions": [h.metadata.get("state_version", 1) for h in history]}
+    out["history"] = [repr((h.values, h.next)) for h in history]
+    oldest_interrupted = [h for h in history if h.interrupts][-1]
+    out["travel"] = repr([i.value for i in graph.get_state(oldest_interrupted.config).interrupts])
+    reference = builder().compile(checkpointer=InMemorySaver())
+    first_run(reference, "ask", "ref", "ask-1", v2_input("ask-1"))
+    second_run(reference, "ask", "ref")
+    theirs = reference.get_state_history({"configurable": {"thread_id": "ref"}})
+    out["reference"] = [repr((h.values, h.next)) for h in theirs]
     return out
 
 
