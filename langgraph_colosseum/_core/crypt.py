@@ -43,10 +43,11 @@ SEALED_TAG = "aes256gcm"
 SEALED_KEY = "$sealed"
 # LangGraph's own metadata keys that SQL reads (the audit trail and the
 # inspector's tree read step and source; prune reads the delta channels in
-# counters_since_delta_snapshot; run_id has a column anyway): never sealed,
-# as checkpoint ids are not. They hold ids, counters and channel names.
+# counters_since_delta_snapshot; run_id has a column anyway; `colosseum state`
+# reads state_version, see versions.py): never sealed, as checkpoint ids are
+# not. They hold ids, counters, versions and channel names.
 STRUCTURAL_METADATA = frozenset(
-    {"source", "step", "parents", "run_id", "counters_since_delta_snapshot"}
+    {"source", "step", "parents", "run_id", "counters_since_delta_snapshot", "state_version"}
 )
 NONCE_BYTES = 12
 KEY_BYTES = 32
