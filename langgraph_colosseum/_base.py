@@ -208,6 +208,7 @@ class ColosseumSaverBase(BaseCheckpointSaver[str], abc.ABC, Generic[ThreadsT]):
         migrations: Mapping[int, Callable[[dict[str, Any]], Any] | Migration] | None = None,
         *,
         batch_size: int = 100,
+        thread_ids: Sequence[str] | None = None,
         lease: timedelta = MIGRATION_LEASE,
         progress: Callable[[str, str], None] | None = None,
     ) -> dict[str, int]:
@@ -220,7 +221,8 @@ class ColosseumSaverBase(BaseCheckpointSaver[str], abc.ABC, Generic[ThreadsT]):
         again: a thread already at `version` is skipped, so each migrates once
         (a killed run's guard lapses after `lease`). A head with pending writes
         (an interrupt, a step cut short) is left to migrate on read when it
-        resumes: its writes belong to its checkpoint. Returns counts.
+        resumes: its writes belong to its checkpoint. `thread_ids`: only these
+        threads (default: every thread of the database). Returns counts.
 
         Example:
             >>> saver.migrate_state(3, {1: up_1_to_2, 2: up_2_to_3})
@@ -231,7 +233,12 @@ class ColosseumSaverBase(BaseCheckpointSaver[str], abc.ABC, Generic[ThreadsT]):
         counts = {MIGRATED: 0, PENDING: 0}
         after = ""
         while True:
-            params = {"after": after, "version": versions.version, "batch_size": batch_size}
+            params = {
+                "after": after,
+                "version": versions.version,
+                "batch_size": batch_size,
+                "thread_ids": None if thread_ids is None else list(thread_ids),
+            }
             rows = self._run(single(Query(sql.THREADS_BELOW_STATE_VERSION, params)))
             if not rows:
                 return counts

@@ -1169,6 +1169,7 @@ FROM colosseum_threads t
 JOIN colosseum_checkpoints c
   ON c.thread_id = t.thread_id AND c.checkpoint_ns = '' AND c.checkpoint_id = t.head_checkpoint_id
 WHERE t.thread_id > %(after)s AND {_HEAD_STATE_VERSION} < %(version)s
+  AND (%(thread_ids)s::text[] IS NULL OR t.thread_id = ANY(%(thread_ids)s::text[]))
 ORDER BY t.thread_id
 LIMIT %(batch_size)s
 """

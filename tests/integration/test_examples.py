@@ -18,6 +18,7 @@ SHOWS = {
     "multi_agent_committee": "the broker received 1 order(s)",
     "quickstart": "SQL: latest ticker of this thread = TSLA (reviewed)",
     "resume_after_crash": "no step lost, none run twice",
+    "state_migrations": "every thread at state version 2",
     "time_travel": "checkpoints in all, three branches",
 }
 

@@ -11,13 +11,14 @@ import sys
 import uuid
 from collections.abc import Iterator
 from pathlib import Path
-from typing import Any
+from typing import Any, TypedDict
 
 import psycopg
 import pytest
+from langgraph.graph import START, StateGraph
 from psycopg import conninfo
 
-from langgraph_colosseum import ColosseumSaver
+from langgraph_colosseum import AsyncColosseumSaver, ColosseumSaver
 from tests.conftest import redis_url, server_url
 
 ROOT = Path(__file__).resolve().parents[2]
@@ -193,3 +194,69 @@ def test_state_migrate_beside_live_workers_killed_and_rerun(fresh_url: str, tmp_
     for thread_id, (ours, reference, source) in checked.items():
         assert ours == reference, thread_id
         assert source == "migration", thread_id
+
+
+class CountV1(TypedDict, total=False):
+    query: str
+    n: int
+
+
+class CountV2(TypedDict, total=False):
+    queries: list[str]
+    n: int
+
+
+def count(state: dict) -> dict:
+    return {"n": state.get("n", 0) + 1}
+
+
+def rename_query(values: dict) -> None:
+    if "query" in values:
+        values["queries"] = [values.pop("query")]
+
+
+async def test_every_read_path_migrates_and_none_writes(
+    asaver: AsyncColosseumSaver, pg_url: str
+) -> None:
+    """The async driver, from Postgres and from the Redis head: get_state, history
+    and time travel read version 1's checkpoints as version 2; reading writes
+    nothing; the first step of version 2 writes the migrated values as new rows."""
+    config = {"configurable": {"thread_id": "counting"}}
+    v1 = StateGraph(CountV1)
+    v1.add_node("count", count)
+    v1.add_edge(START, "count")
+    await v1.compile(checkpointer=asaver).ainvoke({"query": "q", "n": 0}, config)
+    before = stored_rows(pg_url, "counting")
+
+    v2 = StateGraph(CountV2)
+    v2.add_node("count", count)
+    v2.add_edge(START, "count")
+    graph = asaver.versioned(v2.compile(), 2, {1: rename_query})
+    state = await graph.aget_state(config)
+    assert state.values == {"n": 1, "queries": ["q"]}
+    history = [s async for s in graph.aget_state_history(config)]
+    assert [s.values for s in history] == [
+        {"n": 1, "queries": ["q"]},
+        {"n": 0, "queries": ["q"]},
+        {},
+    ]
+    past = await graph.aget_state(history[1].config)
+    assert past.values == {"n": 0, "queries": ["q"]} and past.next == ("count",)
+    assert stored_rows(pg_url, "counting") == before  # reads wrote nothing
+
+    await graph.ainvoke({"n": 5}, config)
+    state = await graph.aget_state(config)
+    assert state.values == {"n": 6, "queries": ["q"]}
+    assert state.metadata["state_version"] == 2
+    assert before < stored_rows(pg_url, "counting")  # v1's rows still there, unchanged
+    with psycopg.connect(pg_url) as conn:
+        channels = conn.execute(
+            "SELECT c.channel FROM colosseum_checkpoints k, "
+            "jsonb_object_keys(k.checkpoint -> 'channel_versions') AS c(channel) "
+            "WHERE k.thread_id = 'counting' AND k.checkpoint_id = %s",
+            [state.config["configurable"]["checkpoint_id"]],
+        ).fetchall()
+    assert ("queries",) in channels and ("query",) not in channels
+    # A plain (unversioned) read of the new head sees version 2's values as stored.
+    plain = await asaver.aget_tuple(config)
+    assert plain is not None and plain.checkpoint["channel_values"]["queries"] == ["q"]
