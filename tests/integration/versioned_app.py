@@ -231,7 +231,7 @@ def main(command: str, pg_url: str, redis_url: str, prefix: str, arg: str = "") 
                 config = {"configurable": {"thread_id": f"w-{os.getpid()}-{done}"}}
                 graph.invoke(v2_input(f"w{done}"), config)
                 done += 1
-                time.sleep(0.02)  # leave the (shared, small) machine to the migration too
+                time.sleep(0.1)  # a steady stream, leaving the (small) machine to the migration too
             out["threads"] = done
             return out
         if command == "check":  # the migrated heads, as this version's graph reads them
