@@ -25,12 +25,14 @@ import contextvars
 import importlib.metadata
 import threading
 import time
+import weakref
 from collections.abc import Callable, Iterable, Mapping
 from typing import Any
 
 from opentelemetry import metrics, trace
 from opentelemetry.metrics import CallbackOptions, Observation
 from opentelemetry.trace import SpanKind, Status, StatusCode
+from psycopg.conninfo import conninfo_to_dict
 
 from langgraph_colosseum._core.io import (
     CACHE_UNAVAILABLE,
@@ -180,6 +182,7 @@ class Observer:
             description="The longest current backoff of an open Redis circuit breaker",
         )
         self._kinds: dict[Any, _Kind] = {}
+        self._servers: weakref.WeakKeyDictionary[Any, dict[str, Any]] = weakref.WeakKeyDictionary()
         self._lookups_lock = threading.Lock()
         self.hits = self.misses = 0
 
@@ -194,13 +197,32 @@ class Observer:
             kind = self._kinds[code] = _kind_of(op)
         if kind is _UNOBSERVED:
             return op, perform
-        span = self.tracer.start_span(kind.name, kind=SpanKind.CLIENT, attributes=kind.attributes)
+        attributes = kind.attributes
+        server = self._server_of(perform)
+        if server:
+            attributes = {**attributes, **server}
+        span = self.tracer.start_span(kind.name, kind=SpanKind.CLIENT, attributes=attributes)
         watch = _Watch(self, kind, span)
         if watch.recording and self.thread_ids:
             thread = _thread_of(op)
             if thread is not None:
                 span.set_attribute("colosseum.thread_id", thread)
         return watch.run(op), watch.aperform(perform) if asynchronous else watch.perform(perform)
+
+    def _server_of(self, perform: Callable[[Request], Any]) -> dict[str, Any] | None:
+        """`db.namespace`, `server.address`, `server.port` of the saver whose
+        `perform` this is (a Store's is its saver's), known without a round trip."""
+        owner = getattr(perform, "__self__", None)
+        if owner is None:
+            return None  # the tool ledger's own perform: its spans go without them
+        owner = getattr(owner, "_driver", owner)
+        try:
+            return self._servers[owner]
+        except KeyError:
+            server = self._servers[owner] = _server_attributes(getattr(owner, "conn", None))
+            return server
+        except TypeError:  # not weakly referenceable
+            return None
 
     def retried(self, reason: str) -> None:
         self.retries.add(1, {"colosseum.retry.reason": reason})
@@ -358,14 +380,17 @@ class _Watch:
             hit = not self.postgres_after_read
             observer.counted_lookup(hit)
         if kind.sweeper is not None:
-            outcome = {"colosseum.sweeper": kind.sweeper, "outcome": "failed" if failed else "ok"}
+            outcome = {
+                "colosseum.sweeper": kind.sweeper,
+                "colosseum.outcome": "failed" if failed else "ok",
+            }
             observer.sweeps.add(1, outcome)
             if not failed and value:
                 observer.swept.add(value, {"colosseum.sweeper": kind.sweeper})
         if kind.lease is not None:
             observer.lease_renewals.add(
                 1,
-                {"colosseum.lease": kind.lease, "outcome": "failed" if failed else "renewed"},
+                {"colosseum.lease": kind.lease, "colosseum.outcome": "failed" if failed else "ok"},
             )
         if self.recording:
             span.set_attributes(
@@ -402,6 +427,29 @@ def _error_type(exc: BaseException) -> str:
     return (
         cls.__qualname__ if cls.__module__ == "builtins" else f"{cls.__module__}.{cls.__qualname__}"
     )
+
+
+def _server_attributes(conn: Any) -> dict[str, Any]:
+    """Where a psycopg connection or pool points: host, port and database, no
+    user or password."""
+    if hasattr(conn, "conninfo"):  # a pool
+        try:
+            params = conninfo_to_dict(conn.conninfo)
+        except Exception:
+            return {}
+    elif hasattr(conn, "info"):  # a connection
+        params = {"host": conn.info.host, "port": conn.info.port, "dbname": conn.info.dbname}
+    else:
+        return {}
+    attributes: dict[str, Any] = {}
+    if params.get("dbname"):
+        attributes["db.namespace"] = str(params["dbname"])
+    if params.get("host"):
+        attributes["server.address"] = str(params["host"])
+    port = str(params.get("port") or "")
+    if port.isdigit():
+        attributes["server.port"] = int(port)
+    return attributes
 
 
 def _thread_of(op: Any) -> Any:

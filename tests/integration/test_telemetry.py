@@ -34,6 +34,7 @@ from opentelemetry.sdk.trace import ReadableSpan, TracerProvider
 from opentelemetry.sdk.trace.export import SimpleSpanProcessor
 from opentelemetry.sdk.trace.export.in_memory_span_exporter import InMemorySpanExporter
 from opentelemetry.trace import SpanKind
+from psycopg import conninfo
 
 from langgraph_colosseum import (
     AsyncColosseumSaver,
@@ -149,7 +150,7 @@ def by_name(spans: list[ReadableSpan]) -> dict[str, list[ReadableSpan]]:
     return named
 
 
-def check_run(otel: Telemetry, thread_id: str, *, cached: bool) -> None:
+def check_run(otel: Telemetry, pg_url: str, thread_id: str, *, cached: bool) -> None:
     """What one small graph run (two turns and a get_state) must have emitted."""
     spans = otel.spans()
     named = by_name(spans)
@@ -170,6 +171,15 @@ def check_run(otel: Telemetry, thread_id: str, *, cached: bool) -> None:
         # Nothing names the thread unless the user opted in, not even an error.
         assert thread_id not in json.dumps(dict(attributes), default=str), span.name
         assert not span.events
+    # Where the database is, from the pool's connection string, without credentials.
+    database = conninfo.conninfo_to_dict(pg_url)
+    where = {
+        "db.namespace": database.get("dbname"),
+        "server.address": database.get("host"),
+        "server.port": int(database["port"]) if database.get("port") else None,
+    }
+    for put in named["put colosseum_checkpoints"]:
+        assert {key: put.attributes.get(key) for key in where} == where
     for put in named["put colosseum_checkpoints"]:
         assert put.attributes["colosseum.round_trips"] >= 1
         assert put.attributes["colosseum.bytes.sent"] > 0
@@ -231,7 +241,7 @@ def test_a_graph_run_emits_a_span_per_operation_and_the_metrics(
         graph.invoke({"messages": [HumanMessage("INIT", id="h2")]}, config)
         assert graph.get_state(config).values["messages"][-1].content == "done: INIT"
         assert TOOL_RUNS == ["ACME", "INIT"]
-        check_run(otel, f"otel-{mode}", cached=mode == "redis")
+        check_run(otel, pg_url, f"otel-{mode}", cached=mode == "redis")
 
         # A retry is counted on the operation that made it: the pool's one
         # connection is killed under it.
@@ -299,7 +309,7 @@ async def test_the_async_saver_and_store_emit_the_same_and_the_breaker_state(
         await graph.ainvoke({"messages": [HumanMessage("INIT", id="h2")]}, config)
         assert (await graph.aget_state(config)).values["messages"][-1].content == "done: INIT"
         assert TOOL_RUNS == ["ACME", "INIT"]
-        check_run(otel, "otel-async", cached=True)
+        check_run(otel, pg_url, "otel-async", cached=True)
 
     # A Redis that is not there opens the breaker: the state gauge says so,
     # the trip is counted, and the read is a miss served by Postgres.

@@ -428,6 +428,10 @@ def test_a_token_is_required_on_every_request(data: ColosseumSaver) -> None:
     assert "s3cret-token" not in client.get("/").text
     fresh = TestClient(client.app)
     assert fresh.get("/", headers={"authorization": "Bearer s3cret-token"}).status_code == 200
+    # /metrics too: Prometheus presents the token as a bearer token.
+    assert fresh.get("/metrics").status_code == 401
+    bearer = {"authorization": "Bearer s3cret-token"}
+    assert fresh.get("/metrics", headers=bearer).status_code == 200
 
 
 def test_cli_ui_prints_the_url_and_serves(pg_url: str, data: ColosseumSaver) -> None:
