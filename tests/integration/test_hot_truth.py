@@ -8,6 +8,7 @@ redis-server, never on the shared one.
 
 from __future__ import annotations
 
+import asyncio
 import logging
 import subprocess
 import sys
@@ -25,7 +26,7 @@ import redis
 from psycopg import conninfo
 from typer.testing import CliRunner
 
-from langgraph_colosseum import ColosseumSaver
+from langgraph_colosseum import AsyncColosseumSaver, ColosseumSaver
 from langgraph_colosseum.cache import RedisCache, client_options
 from langgraph_colosseum.cli import app
 from langgraph_colosseum.errors import InvalidConfigError
@@ -576,3 +577,33 @@ def test_cache_flush_after_a_restore_that_keeps_the_incarnation(
         before_flush = CountingCursor.statements
         assert texts(chat_graph(other), "t1") == ["the neighbour", "answer 0"]
         assert CountingCursor.statements == before_flush, "the neighbour's head was kept"
+
+
+# ------------------------------------------------------------ scripts flushed
+
+
+def test_async_writes_advance_the_head_after_redis_forgot_its_scripts(
+    pg_url: str, private_redis: RedisServer
+) -> None:
+    """SCRIPT FLUSH (or a restart) empties Redis's script cache: the asyncio
+    client's next write, sent alone (EVALSHA without a pipeline) or in a
+    pipeline, loads the scripts again and still advances the head."""
+    truncate(pg_url)
+
+    async def main() -> None:
+        async with AsyncColosseumSaver.from_conn_string(
+            pg_url, redis_url=private_redis.url, cache_prefix=PREFIX
+        ) as saver:
+            graph = chat_graph(saver)
+            await graph.ainvoke(say("hello"), thread("flushed"))
+            await graph.aget_state(thread("flushed"))  # the head exists from here on
+            client = private_redis.client()
+            for _ in range(2):
+                client.script_flush()
+                await graph.ainvoke(say("again"), thread("flushed"))
+                latest = await saver.aget_tuple(thread("flushed"))
+                head = client.hget(head_key(saver, "flushed"), "\x00id")
+                assert head == latest.checkpoint["id"].encode()
+            client.close()
+
+    asyncio.run(main())
