@@ -92,7 +92,8 @@ def review_v2(state: StateV2) -> dict:
 
 
 def up_1_to_2(values: dict) -> None:
-    """Runs on whole states and on each pending task's writes: touch what is there."""
+    """Runs on whole states and on each pending task's writes: touch what is there,
+    and leave what is in version 2's form already as it is."""
     if "ticker" in values:
         values["tickers"] = [values.pop("ticker")]
     values.pop("scratch", None)

@@ -69,6 +69,10 @@ class Migration:
             if "query" in values:
                 values["queries"] = [values.pop("query")]
 
+    Make it leave a value already in the new form as it is: a resume cut short
+    before its step was saved leaves the new code's writes pending on the older
+    checkpoint, and they are read (and migrated) as that checkpoint's version.
+
     `nodes` maps old node names to new ones (None: the node was removed and its
     pending work is dropped). `interrupts` maps the value of each pending
     `interrupt()` of the older version.

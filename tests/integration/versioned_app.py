@@ -115,7 +115,7 @@ def builder() -> StateGraph:
 def up_1_to_2(values: dict[str, Any]) -> None:
     if "title" in values:
         values["headline"] = values.pop("title")
-    if "tag" in values:
+    if isinstance(values.get("tag"), str):  # a list is v2's already
         values["tag"] = [values["tag"]]
     values.pop("scratch", None)
 
