@@ -365,12 +365,7 @@ class StateVersions:
                 triggered=[n for n in triggered if n not in {o for o, _ in orphans.values()}],
             )
         if sends and any(getattr(s, "node", None) in renames for s in sends):
-            checkpoint["channel_values"][_TASKS] = [
-                dataclasses.replace(s, node=renames[s.node])
-                if dataclasses.is_dataclass(s) and s.node in renames and renames[s.node]
-                else s
-                for s in sends
-            ]
+            checkpoint["channel_values"][_TASKS] = [_resent(s, renames) for s in sends]
         out = []
         for task_id, channel, value in writes:
             if task_id in new_ids:
@@ -464,9 +459,19 @@ def _task_of(path: str) -> tuple[str | None, str | None, int | None]:
     parts = path.lstrip("~").split(", ")
     if len(parts) >= 2 and parts[0] == _PULL:
         return _PULL, parts[1], None
-    if len(parts) == 2 and parts[0] == _PUSH and parts[1].isdigit():
+    # A Send's task: (PUSH, index) with LangGraph's `False` (not a Call) after it.
+    if len(parts) in (2, 3) and parts[0] == _PUSH and parts[1].isdigit():
         return _PUSH, None, int(parts[1])
     return None, None, None
+
+
+def _resent(send: Any, renames: Mapping[str, str | None]) -> Any:
+    """A pending `Send` to a renamed node, sent to its new name. (One to a removed
+    node stays: LangGraph skips a Send to a node it does not have.)"""
+    new = renames.get(getattr(send, "node", None))  # type: ignore[arg-type]
+    if new is None:
+        return send
+    return type(send)(new, send.arg, timeout=send.timeout)
 
 
 def _reidentified(interrupt: Any, node: str, task_id: str) -> Any:

@@ -5,20 +5,22 @@ its own (tests/integration/versioned_app.py is the application)."""
 from __future__ import annotations
 
 import json
+import operator
 import os
 import subprocess
 import sys
 import uuid
 from collections.abc import Iterator
 from pathlib import Path
-from typing import Any, TypedDict
+from typing import Annotated, Any, TypedDict
 
 import psycopg
 import pytest
 from langgraph.graph import START, StateGraph
+from langgraph.types import Send, interrupt
 from psycopg import conninfo
 
-from langgraph_colosseum import AsyncColosseumSaver, ColosseumSaver
+from langgraph_colosseum import AsyncColosseumSaver, ColosseumSaver, Migration
 from tests.conftest import redis_url, server_url
 
 ROOT = Path(__file__).resolve().parents[2]
@@ -255,3 +257,63 @@ async def test_every_read_path_migrates_and_none_writes(
     # A plain (unversioned) read of the new head sees version 2's values as stored.
     plain = await asaver.aget_tuple(config)
     assert plain is not None and plain.checkpoint["channel_values"]["queries"] == ["q"]
+
+
+class Fanout(TypedDict, total=False):
+    items: list[str]
+    done: Annotated[list[str], operator.add]
+
+
+def test_pending_sends_follow_a_renamed_node_and_a_removed_node_drops_its_work(
+    saver: ColosseumSaver,
+) -> None:
+    """Send tasks (PUSH) of a renamed node keep their finished writes: only the
+    task that failed runs again, under its new name. A node mapped to None takes
+    its pending interrupt with it."""
+    calls: list[str] = []
+    failing = {"b"}
+
+    def work(state: dict) -> dict:
+        item = state["items"][0]
+        calls.append(item)
+        if item in failing:
+            raise RuntimeError(f"{item} fails this time")
+        return {"done": [item]}
+
+    def graph(node: str) -> Any:
+        builder = StateGraph(Fanout)
+        builder.add_node(node, work)
+        builder.add_conditional_edges(
+            START, lambda s: [Send(node, {"items": [i]}) for i in s["items"]]
+        )
+        return builder
+
+    config = {"configurable": {"thread_id": "fanout"}}
+    with pytest.raises(RuntimeError):
+        graph("work").compile(checkpointer=saver).invoke({"items": ["a", "b", "c"]}, config)
+    assert sorted(calls) == ["a", "b", "c"]
+    failing.clear()
+    calls.clear()
+    renamed = saver.versioned(
+        graph("process").compile(), 2, {1: Migration(nodes={"work": "process"})}
+    )
+    before = graph("work").compile(checkpointer=saver).get_state(config).next
+    assert renamed.get_state(config).next == tuple("process" for _ in before)
+    assert sorted(renamed.invoke(None, config)["done"]) == ["a", "b", "c"]
+    assert calls == ["b"]  # a and c's writes were kept, not run again
+
+    def ask(state: dict) -> dict:
+        return {"done": [interrupt("ok?")]}
+
+    v1 = StateGraph(Fanout)
+    v1.add_node("ask", ask)
+    v1.add_edge(START, "ask")
+    asking = {"configurable": {"thread_id": "asking"}}
+    v1.compile(checkpointer=saver).invoke({"items": []}, asking)
+    v2 = StateGraph(Fanout)
+    v2.add_node("note", lambda s: {"done": ["noted"]})
+    v2.add_edge(START, "note")
+    without = saver.versioned(v2.compile(), 2, {1: Migration(nodes={"ask": None})})
+    state = without.get_state(asking)
+    assert state.next == () and state.interrupts == ()
+    assert without.invoke({"items": ["x"]}, asking)["done"] == ["noted"]

@@ -36,4 +36,5 @@ def test_node_renames_reach_the_edges_named_after_nodes() -> None:
     assert _renamed_channel("summarise", renames) == "summarise"  # a state channel
     assert _task_of("~__pregel_pull, summarise") == ("__pregel_pull", "summarise", None)
     assert _task_of("~__pregel_push, 0000000002") == ("__pregel_push", None, 2)
+    assert _task_of("~__pregel_push, 0000000002, 0000000000") == ("__pregel_push", None, 2)
     assert _task_of("") == (None, None, None)
