@@ -338,7 +338,7 @@ def start(
             result = yield AwaitNotify(CHANNEL, thread_id, take, _taken, wait)
         else:
             result = yield take
-        token, _, _, my_status = result[-1][0]
+        token, stopped, _, my_status = result[-1][0]
         if token is not None:
             break
         if strategy != "enqueue":
@@ -363,8 +363,10 @@ def start(
         yield from store.delete_for_runs(rolled_back)
         for run in rolled_back:
             yield Query(ROLLED_BACK, {"thread_id": thread_id, "stopped": run}, fetch=False)
-        # A rollback this run stopped may have committed its delete and not yet
-        # dropped the Redis head it made stale: drop it here too.
+    if due or stopped is not None:
+        # The run stopped may have committed its last put and not yet advanced
+        # the Redis head (or a rollback stopped midway, its delete and not yet
+        # dropped the head): this run's first read must come from Postgres.
         yield from store._drop_heads([thread_id])
     return int(token)
 

@@ -1,0 +1,95 @@
+"""The run-taking operation of `saver.runs`, driven without services (sans-IO).
+
+What each strategy asks the database, and what it does with the answers: the
+statements themselves are exercised against Postgres in
+tests/integration/test_runs.py.
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+from langgraph_colosseum._core import multitask
+from langgraph_colosseum._core.io import AwaitNotify, Query, Transaction
+from langgraph_colosseum.errors import (
+    InvalidConfigError,
+    RunInterruptedError,
+    RunQueueTimeoutError,
+    ThreadBusyError,
+)
+
+
+class NoStore:
+    def delete_for_runs(self, run_ids: Any) -> Any:
+        raise AssertionError("nothing to roll back")
+        yield
+
+
+def take_result(token: int | None, me: str | None = None) -> list[Any]:
+    """What the TAKE transaction answers: (token, stopped, its status, my status)."""
+    return [None, [(1,)], [(token, None, None, me)]]
+
+
+def drive(op: Any, answers: list[Any]) -> tuple[list[Any], Any]:
+    """Run `op`, answering its requests in order; (the requests, its result or error)."""
+    asked: list[Any] = []
+    answer = None
+    try:
+        while True:
+            request = op.send(answer)
+            asked.append(request)
+            answer = answers.pop(0)
+    except StopIteration as stop:
+        return asked, stop.value
+    except Exception as exc:  # the operation's own error
+        return asked, exc
+
+
+def start(strategy: str, timeout: float | None = None) -> Any:
+    return multitask.start(NoStore(), "t1", "r1", strategy, "here:1", 30.0, timeout)
+
+
+def test_reject_asks_once_and_records_nothing_when_busy() -> None:
+    asked, outcome = drive(start("reject"), [take_result(None)])
+    assert isinstance(outcome, ThreadBusyError) and outcome.thread_id == "t1"
+    assert len(asked) == 1 and isinstance(asked[0], Transaction)
+    assert asked[0].queries[-1].params["steal"] is False
+
+
+def test_interrupt_and_rollback_take_the_thread_whoever_holds_it() -> None:
+    for strategy in ("interrupt", "rollback"):
+        asked, token = drive(start(strategy), [take_result(7), []])
+        assert token == 7
+        assert asked[0].queries[-1].params["steal"] is True
+        assert asked[1].sql == multitask.ROLLBACKS_DUE
+
+
+def test_enqueue_records_its_place_then_waits_on_notify() -> None:
+    answers = [None, take_result(None, "pending"), take_result(3, "pending"), []]
+    asked, token = drive(start("enqueue"), answers)
+    assert token == 3
+    assert isinstance(asked[0], Query) and asked[0].sql == multitask.ENQUEUE
+    waits = [r for r in asked if isinstance(r, AwaitNotify)]
+    assert len(waits) == 2 and {w.key for w in waits} == {"t1"}
+    assert all(0 < w.seconds <= 10.0 for w in waits)  # a third of the lease at most
+    assert waits[0].done(take_result(3)) and not waits[0].done(take_result(None))
+
+
+def test_a_cancelled_waiter_is_told_so() -> None:
+    answers = [None, take_result(None, "interrupted"), [("r1",) + (None,) * 8 + ("cancel",)]]
+    _, outcome = drive(start("enqueue"), answers)
+    assert isinstance(outcome, RunInterruptedError) and outcome.stopped_by == "cancel"
+
+
+def test_a_waiter_gives_up_after_its_timeout() -> None:
+    asked, outcome = drive(
+        start("enqueue", timeout=0.0), [None, take_result(None, "pending"), None]
+    )
+    assert isinstance(outcome, RunQueueTimeoutError)
+    assert asked[-1].queries[0].sql == multitask.GIVE_UP
+
+
+def test_unknown_strategy_is_refused_before_any_io() -> None:
+    asked, outcome = drive(start("latest"), [])
+    assert asked == [] and isinstance(outcome, InvalidConfigError)
+    assert "multitask_strategy" in str(outcome)
