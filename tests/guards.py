@@ -424,6 +424,27 @@ GUARDS: list[Guard] = [
         tests=(f"{ENCRYPTION_TESTS}::test_rekey_leaves_rows_a_writer_changed_meanwhile[postgres]",),
     ),
     Guard(
+        name="rekey: checkpoint metadata is re-sealed only as it was read (a re-put meanwhile)",
+        file="langgraph_colosseum/_core/sql.py",
+        original="  AND metadata::text = %(old)s\n",
+        mutant="",
+        tests=(f"{ENCRYPTION_TESTS}::test_rekey_leaves_rows_a_writer_changed_meanwhile[postgres]",),
+    ),
+    Guard(
+        name="rekey: a Store item is re-sealed only as it was read (a put meanwhile)",
+        file="langgraph_colosseum/_core/sql.py",
+        original="WHERE prefix = %(prefix)s AND key = %(key)s AND value::text = %(old)s",
+        mutant="WHERE prefix = %(prefix)s AND key = %(key)s",
+        tests=(f"{ENCRYPTION_TESTS}::test_rekey_leaves_rows_a_writer_changed_meanwhile[postgres]",),
+    ),
+    Guard(
+        name="rekey: a run record's metadata is re-sealed only as it was read",
+        file="langgraph_colosseum/_core/sql.py",
+        original="AND run_id = %(run_id)s AND metadata_before::text = %(old)s",
+        mutant="AND run_id = %(run_id)s",
+        tests=(f"{ENCRYPTION_TESTS}::test_rekey_leaves_rows_a_writer_changed_meanwhile[postgres]",),
+    ),
+    Guard(
         name="rekey: a registry row is re-sealed only as it was read (a merge meanwhile)",
         file="langgraph_colosseum/_core/sql.py",
         original="  AND metadata::text = %(old_metadata)s AND state_values::text = %(old_values)s",

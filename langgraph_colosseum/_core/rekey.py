@@ -106,6 +106,7 @@ def rekey(
             lambda row: _reseal_metadata(codec, row),
         )
     done += yield from _registry(codec, batch_size, encrypt_plaintext)
+    done += yield from _run_metadata(codec, batch_size, encrypt_plaintext)
     done += yield from _ledger(codec, batch_size, encrypt_plaintext)
     done += yield from _store_items(encryption, batch_size, encrypt_plaintext)
     return done
@@ -210,6 +211,29 @@ def _registry(codec: ValueCodec, batch_size: int, encrypt_plaintext: bool) -> Op
         if len(rows) < batch_size:
             return done
         after = rows[-1][0]
+
+
+def _run_metadata(codec: ValueCodec, batch_size: int, encrypt_plaintext: bool) -> Operation[int]:
+    """The registry metadata run records keep for a rollback, as the registry's."""
+    done = 0
+    after = ("", "")
+    while True:
+        rows = yield Query(
+            sql.REKEY_SELECT_RUN_METADATA,
+            {"after_thread": after[0], "after_run": after[1], "limit": batch_size},
+        )
+        updates = []
+        for thread_id, run_id, text in rows:
+            new = _reseal_object(codec, thread_id, "metadata", text, encrypt_plaintext)
+            if new is not None:
+                params = {"thread_id": thread_id, "run_id": run_id, "new": new, "old": text}
+                updates.append(Query(sql.REKEY_UPDATE_RUN_METADATA, params, fetch=False))
+        if updates:
+            yield Transaction(tuple(updates))
+            done += len(updates)
+        if len(rows) < batch_size:
+            return done
+        after = (rows[-1][0], rows[-1][1])
 
 
 def _reseal_object(

@@ -1173,3 +1173,14 @@ WHERE t.thread_id > %(after)s AND {_HEAD_STATE_VERSION} < %(version)s
 ORDER BY t.thread_id
 LIMIT %(batch_size)s
 """
+# The registry metadata a run record keeps to restore on rollback (its values
+# sealed as the registry's: bound to the thread and key), in key order.
+REKEY_SELECT_RUN_METADATA = """
+SELECT thread_id, run_id, metadata_before::text FROM colosseum_runs
+WHERE (thread_id, run_id) > (%(after_thread)s, %(after_run)s) AND metadata_before IS NOT NULL
+ORDER BY thread_id, run_id LIMIT %(limit)s
+"""
+REKEY_UPDATE_RUN_METADATA = """
+UPDATE colosseum_runs SET metadata_before = %(new)s::jsonb
+WHERE thread_id = %(thread_id)s AND run_id = %(run_id)s AND metadata_before::text = %(old)s
+"""

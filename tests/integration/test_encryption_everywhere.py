@@ -399,6 +399,7 @@ def test_rekey_leaves_rows_a_writer_changed_meanwhile(pg_url: str, mode: str) ->
     completes. Rekey leaves those rows as the writer left them (its update
     names the row as read), and its next run takes them. Driven in order, not
     by timing: the write runs right after rekey's select returned."""
+    from langgraph_colosseum import ColosseumStore
     from langgraph_colosseum._core import io, sql
     from langgraph_colosseum._core.io import Query
     from langgraph_colosseum._core.rekey import rekey
@@ -408,7 +409,15 @@ def test_rekey_leaves_rows_a_writer_changed_meanwhile(pg_url: str, mode: str) ->
     with open_saver(pg_url, mode, searchable()) as saver:
         _chat_with_metadata(saver, "race")
         answers = _ledger_call(saver)
+        store = ColosseumStore.from_saver(saver)
+        store.setup()
+        store.put(("race",), "item", {"v": "before"})
     with psycopg.connect(pg_url) as conn:
+        conn.execute(  # a run record keeping the registry metadata for a rollback
+            "INSERT INTO colosseum_runs (thread_id, run_id, strategy, status, holder, "
+            "metadata_before) SELECT thread_id, 'run-1', 'rollback', 'success', 'here', "
+            "metadata FROM colosseum_threads WHERE thread_id = 'race'"
+        )
         compacted = conn.execute(
             "SELECT count(*) FROM colosseum_channel_values WHERE thread_id = 'race' "
             "AND encoding IN ('append', 'merge')"
@@ -438,6 +447,16 @@ def test_rekey_leaves_rows_a_writer_changed_meanwhile(pg_url: str, mode: str) ->
         history = repr(
             [t.checkpoint for t in saver.list({"configurable": {"thread_id": "race"}})][:1]
         )
+
+        def re_put() -> None:  # the latest checkpoint written again, with new metadata
+            latest = writer.get_tuple({"configurable": {"thread_id": "race"}})
+            writer.put(
+                {"configurable": {"thread_id": "race", "checkpoint_ns": ""}},
+                latest.checkpoint,
+                {**latest.metadata, "note": "re-put meanwhile"},
+                {},
+            )
+
         meanwhile = {
             sql.REKEY_SELECT_VALUES.format(where=sql.REKEY_OLD_KEY): lambda: writer.prune(
                 ["race"], keep=1
@@ -446,6 +465,13 @@ def test_rekey_leaves_rows_a_writer_changed_meanwhile(pg_url: str, mode: str) ->
                 "race", metadata={"note": "changed meanwhile"}
             ),
             sql.REKEY_SELECT_LEDGER: complete,
+            sql.REKEY_SELECT_METADATA.format(where=sql.REKEY_METADATA_OLD_KEY): re_put,
+            sql.REKEY_SELECT_STORE: lambda: ColosseumStore.from_saver(writer).put(
+                ("race",), "item", {"v": "meanwhile"}
+            ),
+            sql.REKEY_SELECT_RUN_METADATA: lambda: _sql(
+                pg_url, 'UPDATE colosseum_runs SET metadata_before = \'{"user_id": "meanwhile"}\''
+            ),
         }
 
         def perform(request):
@@ -465,6 +491,19 @@ def test_rekey_leaves_rows_a_writer_changed_meanwhile(pg_url: str, mode: str) ->
         assert saver.threads.get("race").metadata["note"] == "changed meanwhile"
         assert _ledger_call(saver) == answers
         assert len(CALLS) == 2  # the completed call's output, not run again
+        latest = saver.get_tuple({"configurable": {"thread_id": "race"}})
+        assert latest.metadata["note"] == "re-put meanwhile"
+        item = ColosseumStore.from_saver(saver).get(("race",), "item")
+        assert item.value == {"v": "meanwhile"}
+    assert _sql(pg_url, "SELECT metadata_before FROM colosseum_runs") == [
+        ({"user_id": "meanwhile"},)
+    ]
+
+
+def _sql(pg_url: str, statement: str) -> list[tuple]:
+    with psycopg.connect(pg_url) as conn:
+        cursor = conn.execute(statement)
+        return cursor.fetchall() if cursor.description else []
 
 
 # ------------------------------------------------------------ through PgBouncer
@@ -511,11 +550,22 @@ def test_a_failed_runs_record_keeps_no_plaintext_message(pg_url: str, mode: str)
     builder.add_node("fail", fail)
     builder.add_edge(START, "fail")
     with open_saver(pg_url, mode, searchable()) as saver:
+        saver.threads.update("run-fail", metadata={"team": SECRET})
         runs = saver.runs(builder.compile(checkpointer=saver))
         with pytest.raises(ValueError, match=SECRET):
             runs.invoke({"note": SECRET}, {"configurable": {"thread_id": "run-fail"}})
         (record,) = saver.runs.list("run-fail")
         assert record.status == "error" and record.error.startswith("ValueError")
-    with psycopg.connect(pg_url) as conn:
-        assert SECRET not in repr(conn.execute("SELECT r::text FROM colosseum_runs r").fetchall())
+
+    def runs_text() -> str:
+        with psycopg.connect(pg_url) as conn:
+            rows = conn.execute("SELECT r::text FROM colosseum_runs r").fetchall()
+            return repr(rows).replace('""', '"')
+
+    assert SECRET not in runs_text() and '"k": "k1"' in runs_text()  # metadata_before
     assert SECRET not in _database_text(pg_url)
+    # The registry metadata a rollback would restore moves to a new key with the rest.
+    both = Encryption({"k2": KEY_2, "k1": KEY_1}, searchable_metadata=["user_id"])
+    with open_saver(pg_url, mode, both) as saver:
+        assert saver.rekey() > 0
+    assert '"k": "k1"' not in runs_text() and '"k": "k2"' in runs_text()
