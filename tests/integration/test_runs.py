@@ -318,26 +318,39 @@ def test_eight_processes_race_to_one_thread(
         assert saver.threads.get(race.thread).status == "idle"
 
 
-def test_a_killed_runs_lease_lapses_and_the_queue_moves_on(
+def test_killed_holders_the_queue_moves_on_and_interrupt_does_not_wait(
     workers: list[Worker], pg_url: str
 ) -> None:
+    """Issue 15 item 4. A holder SIGKILLed with a short lease: once it lapses its
+    run is marked error and an enqueued run proceeds. A holder SIGKILLed with a
+    long lease: `interrupt` takes the thread at once, well within the lease."""
     truncate(pg_url)
-    race, doomed = Race(pg_url, "postgres"), Worker()
+    lapsing, lasting = Race(pg_url, "postgres"), Race(pg_url, "postgres")
+    doomed = [Worker(), Worker()]
     try:
-        race.run(doomed, "qa1", "reject", gate=True, lease=1.5)
-        doomed.expect(event="entered", msg="qa1")
-        os.killpg(doomed.proc.pid, signal.SIGKILL)
-        doomed.proc.wait()
-        race.run(workers[0], "qb1", "enqueue", lease=1.5)
+        lapsing.run(doomed[0], "qa1", "reject", gate=True, lease=1.5)
+        lasting.run(doomed[1], "qa2", "reject", gate=True, lease=300)
+        for worker, msg in zip(doomed, ("qa1", "qa2")):
+            worker.expect(event="entered", msg=msg)
+            os.killpg(worker.proc.pid, signal.SIGKILL)
+            worker.proc.wait()
+        lapsing.run(workers[0], "qb1", "enqueue", lease=1.5)
+        lasting.run(workers[1], "qb2", "interrupt")
+        assert workers[1].expect(event="done", id="qb2")["outcome"] == "success"
         assert workers[0].expect(event="done", id="qb1")["outcome"] == "success"
     finally:
-        doomed.stop()
-    assert race.head() == ["qa1", "qa1:think", *turn("qb1")]
-    statuses = sorted((r.status, r.error or "") for r in race.records().values())
+        for worker in doomed:
+            worker.stop()
+    assert lapsing.head() == ["qa1", "qa1:think", *turn("qb1")]
+    statuses = sorted((r.status, r.error or "") for r in lapsing.records().values())
     assert statuses[0][0] == "error" and "stopped renewing its lease" in statuses[0][1]
     assert statuses[1] == ("success", "")
-    with race.saver() as saver:
-        assert saver.threads.get(race.thread).status == "idle"
+    # Taken while the dead holder's lease was live: recorded as interrupted, not lapsed.
+    assert lasting.head() == ["qa2", "qa2:think", *turn("qb2")]
+    assert sorted(r.status for r in lasting.records().values()) == ["interrupted", "success"]
+    with lapsing.saver() as saver:
+        assert saver.threads.get(lapsing.thread).status == "idle"
+        assert saver.threads.get(lasting.thread).status == "idle"
 
 
 # In-process: the asyncio driver, PgBouncer, and the guards' own tests.
