@@ -12,6 +12,12 @@ Deterministic agents, with no LLM and no network, so every run tells the same st
 - `tools` is an `IdempotentToolNode`: the order reaches the `OrderBook` once,
   however often a crashed step is re-run.
 
+With a `store` (`open_memory`), the committee has a long-term memory across
+threads: the CIO's preferences, given with an approval, are remembered in the
+namespace the committee was convened with, and the risk manager of any later
+committee recalls the relevant one by semantic search. The order tool keeps its
+broker session (MCP server state) there too, as an item with a TTL.
+
 Example:
     >>> book = OrderBook(database_url())
     >>> book.setup()
@@ -36,9 +42,10 @@ import zlib
 from dataclasses import dataclass
 from datetime import datetime
 from decimal import Decimal
-from typing import Annotated, Any, TypedDict
+from typing import Annotated, Any, Optional, TypedDict
 
 import psycopg
+from langchain_core.embeddings import Embeddings
 from langchain_core.messages import AIMessage, AnyMessage, HumanMessage, ToolMessage
 from langchain_core.runnables import RunnableConfig
 from langchain_core.tools import BaseTool, tool
@@ -46,20 +53,26 @@ from langgraph.checkpoint.base import BaseCheckpointSaver
 from langgraph.graph import END, START, StateGraph
 from langgraph.graph.message import add_messages
 from langgraph.graph.state import CompiledStateGraph
+from langgraph.store.base import BaseStore, SearchItem
 from langgraph.types import interrupt
 
 from langgraph_colosseum.tools import IdempotentToolNode, current_idempotency_key
 
 __all__ = [
+    "BROKER_SESSION_TTL_MINUTES",
     "DEFAULT_MANDATE",
     "PORTFOLIO_VALUE",
     "CommitteeState",
+    "LocalEmbeddings",
     "Order",
     "OrderBook",
+    "broker_session",
     "build_committee",
     "convene",
     "indicators",
+    "open_memory",
     "price_series",
+    "recall",
     "size_position",
 ]
 
@@ -80,19 +93,26 @@ class CommitteeState(TypedDict, total=False):
     position: dict[str, Any]
     approval: dict[str, Any]
     next_speaker: str  # whom the supervisor hands the floor to
+    memory: list[str]  # the store namespace of the CIO's preferences (none: no memory)
 
 
-def convene(ticker: str, mandate: dict[str, float] | None = None) -> CommitteeState:
-    """The input that opens a committee on `ticker`.
+def convene(
+    ticker: str, mandate: dict[str, float] | None = None, memory: tuple[str, ...] | None = None
+) -> CommitteeState:
+    """The input that opens a committee on `ticker`; `memory`: the store
+    namespace where the CIO's preferences are remembered across committees.
 
     Example:
         >>> graph.invoke(convene("AMD"), {"configurable": {"thread_id": "t1"}})
     """
-    return {
+    state: CommitteeState = {
         "messages": [HumanMessage(f"Should we buy {ticker}?", name="portfolio_manager")],
         "ticker": ticker,
         "mandate": dict(mandate or DEFAULT_MANDATE),
     }
+    if memory:
+        state["memory"] = list(memory)
+    return state
 
 
 # ------------------------------------------------------------------ the numbers
@@ -280,14 +300,103 @@ class OrderBook:
             return [Order(*row) for row in conn.execute(self.SELECT, [thread_id])]
 
 
-def order_tool(book: OrderBook) -> BaseTool:
-    """The `place_order` tool, sending to `book`."""
+# ------------------------------------------------------------------ memory
+
+MEMORY_DIMS = 128
+# The broker session (MCP server state): one item, alive while orders keep it
+# in use (each read refreshes the TTL), gone 15 minutes after the last.
+BROKER_SESSION = (("mcp", "broker"), "session")
+BROKER_SESSION_TTL_MINUTES = 15.0
+
+
+class LocalEmbeddings(Embeddings):
+    """A small deterministic embedding, with no model and no network: words and
+    their character trigrams hashed into `dims` buckets (crc32: the same in
+    every process), so texts sharing words or spellings land close."""
+
+    def __init__(self, dims: int = MEMORY_DIMS) -> None:
+        self.dims = dims
+
+    def _vector(self, text: str) -> list[float]:
+        vector = [0.0] * self.dims
+        words = "".join(c if c.isalnum() else " " for c in text.lower()).split()
+        for feature in words + [w[i : i + 3] for w in words for i in range(len(w) - 2)]:
+            bucket = zlib.crc32(feature.encode())
+            vector[bucket % self.dims] += 1.0 if bucket & 0x10000 else -1.0
+        norm = math.sqrt(sum(x * x for x in vector)) or 1.0
+        return [x / norm for x in vector]
+
+    def embed_documents(self, texts: list[str]) -> list[list[float]]:
+        return [self._vector(text) for text in texts]
+
+    def embed_query(self, text: str) -> list[float]:
+        return self._vector(text)
+
+
+def open_memory(saver: Any) -> Any:
+    """The committee's long-term memory on `saver`'s pool (`ColosseumStore`),
+    set up: semantic search with pgvector when the server has it (the embedded
+    PostgreSQL 18 does), else without an index (`recall` then ranks in Python).
+
+    Example:
+        >>> memory = open_memory(saver)
+        >>> graph = build_committee(saver, book, store=memory)
+    """
+    from langgraph_colosseum.errors import PgvectorUnavailableError
+    from langgraph_colosseum.memory import ColosseumStore
+
+    index = {"dims": MEMORY_DIMS, "embed": LocalEmbeddings(), "fields": ["text"]}
+    store = ColosseumStore.from_saver(saver, index=index)
+    try:
+        store.setup()
+    except PgvectorUnavailableError:
+        store = ColosseumStore.from_saver(saver)
+        store.setup()
+    return store
+
+
+def recall(store: BaseStore, namespace: tuple[str, ...], query: str, limit: int = 1) -> list:
+    """The remembered items of `namespace` closest in meaning to `query`, best first.
+
+    By the store's semantic search; a store without an index (a Postgres
+    without pgvector) is ranked here, with the same embedding.
+    """
+    if getattr(store, "index_config", None):
+        return store.search(namespace, query=query, limit=limit)
+    embeddings = LocalEmbeddings()
+    wanted = embeddings.embed_query(query)
+    scored = []
+    for item in store.search(namespace, limit=100):
+        vector = embeddings.embed_query(str(item.value.get("text", "")))
+        score = sum(a * b for a, b in zip(wanted, vector))
+        scored.append(SearchItem(item.namespace, item.key, item.value, item.created_at,
+                                 item.updated_at, score))  # fmt: skip
+    return sorted(scored, key=lambda item: -(item.score or 0.0))[:limit]
+
+
+def broker_session(store: BaseStore) -> tuple[dict[str, Any], bool]:
+    """The broker session, reused while it lives, else opened now; (session, opened now)."""
+    namespace, key = BROKER_SESSION
+    found = store.get(namespace, key)  # refreshes its TTL
+    if found is not None:
+        return found.value, False
+    session = {"token": f"brk-{os.urandom(6).hex()}", "opened_by_pid": os.getpid(),
+               "opened_at": datetime.now().astimezone().isoformat(timespec="seconds")}  # fmt: skip
+    store.put(namespace, key, session, index=False, ttl=BROKER_SESSION_TTL_MINUTES)
+    return session, True
+
+
+def order_tool(book: OrderBook, store: BaseStore | None = None) -> BaseTool:
+    """The `place_order` tool, sending to `book` (through the broker session
+    kept in `store`, when there is one)."""
 
     @tool
     def place_order(
         ticker: str, side: str, quantity: int, limit_price: float, config: RunnableConfig
     ) -> str:
         """Send a limit order to the broker."""
+        if store is not None:
+            broker_session(store)
         thread_id = config["configurable"]["thread_id"]
         order_id = book.place(
             thread_id=thread_id, ticker=ticker, side=side, quantity=quantity,
@@ -353,7 +462,14 @@ def technical_analyst(state: CommitteeState) -> dict[str, Any]:
     return {"messages": [_say(text, "technical_analyst")], "indicators": found}
 
 
-def risk_manager(state: CommitteeState) -> dict[str, Any]:
+RISK_QUESTION = "position size and leverage limits"
+
+
+def risk_manager(
+    state: CommitteeState,
+    *,
+    store: Optional[BaseStore] = None,  # noqa: UP045 (LangGraph injects by this spelling)
+) -> dict[str, Any]:
     position = size_position(state["indicators"], state["mandate"])
     if position["veto"]:
         text = f"Veto: {position['veto']}."
@@ -362,10 +478,18 @@ def risk_manager(state: CommitteeState) -> dict[str, Any]:
             f"{position['shares']:,} shares at {position['limit_price']}, stop {position['stop_loss']}: "
             f"${position['notional']:,.0f}, {position['pct_of_portfolio']:.1%} of the book."
         )
+    if store is not None and state.get("memory"):
+        recalled = recall(store, tuple(state["memory"]), RISK_QUESTION)
+        if recalled:
+            text += f' The CIO told us before: "{recalled[0].value["text"]}"'
     return {"messages": [_say(text, "risk_manager")], "position": position}
 
 
-def human_approval(state: CommitteeState) -> dict[str, Any]:
+def human_approval(
+    state: CommitteeState,
+    *,
+    store: Optional[BaseStore] = None,  # noqa: UP045 (LangGraph injects by this spelling)
+) -> dict[str, Any]:
     position = state["position"]
     decision = interrupt(
         {
@@ -376,14 +500,25 @@ def human_approval(state: CommitteeState) -> dict[str, Any]:
     )
     verdict = "Approved" if decision["approved"] else "Declined"
     message = HumanMessage(f"{verdict}. {decision.get('note', '')}".strip(), name=decision["by"])
+    if store is not None and state.get("memory"):
+        # Preferences the CIO gave with the decision outlive this committee.
+        # Keys follow the text: a re-run of this step writes the same items.
+        for text in decision.get("remember", ()):
+            key = f"pref-{zlib.crc32(text.encode()):08x}"
+            store.put(tuple(state["memory"]), key, {"text": text, "by": decision["by"],
+                                                    "ticker": state["ticker"]})  # fmt: skip
     return {"messages": [message], "approval": decision}
 
 
 def build_committee(
-    checkpointer: BaseCheckpointSaver, book: OrderBook, **tool_node_options: Any
+    checkpointer: BaseCheckpointSaver,
+    book: OrderBook,
+    store: BaseStore | None = None,
+    **tool_node_options: Any,
 ) -> CompiledStateGraph:
     """The committee graph, compiled with `checkpointer` (a Colosseum saver: the
-    tool node keeps its ledger there); orders go to `book`.
+    tool node keeps its ledger there) and `store` (its long-term memory, see
+    `open_memory`); orders go to `book`.
 
     Example:
         >>> graph = build_committee(saver, OrderBook(database_url()))
@@ -393,7 +528,7 @@ def build_committee(
     builder.add_node("technical_analyst", technical_analyst)
     builder.add_node("risk_manager", risk_manager)
     builder.add_node("human_approval", human_approval)
-    builder.add_node("tools", IdempotentToolNode([order_tool(book)], **tool_node_options))
+    builder.add_node("tools", IdempotentToolNode([order_tool(book, store)], **tool_node_options))
     builder.add_edge(START, "supervisor")
     builder.add_conditional_edges(
         "supervisor",
@@ -402,4 +537,4 @@ def build_committee(
     )
     for member in ("technical_analyst", "risk_manager", "human_approval", "tools"):
         builder.add_edge(member, "supervisor")
-    return builder.compile(checkpointer=checkpointer)
+    return builder.compile(checkpointer=checkpointer, store=store)

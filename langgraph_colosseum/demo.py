@@ -11,7 +11,10 @@ the run shows, in order:
    the tool ledger answers with the recorded fill, the broker sees one order;
 4. the audit conversation: who said what, at which step;
 5. time travel to a past checkpoint, and a fork with `update_state`;
-6. a second committee, and a thread search over both.
+6. a second committee, and a thread search over both;
+7. long-term memory: the CIO's preferences, given with the approval, recalled
+   by semantic search in a committee on another thread, and the broker session
+   (MCP server state) kept as a store item with a TTL.
 
 Any ticker works: one the risk manager vetoes (most of them, under the
 default mandate) ends its committee with the veto, which the demo shows, and
@@ -54,18 +57,32 @@ from rich.text import Text
 from langgraph_colosseum import embedded
 from langgraph_colosseum._redact import safe
 from langgraph_colosseum.committee import (
+    BROKER_SESSION,
+    BROKER_SESSION_TTL_MINUTES,
     DEFAULT_MANDATE,
+    RISK_QUESTION,
     Order,
     OrderBook,
+    broker_session,
     build_committee,
     convene,
+    open_memory,
+    recall,
 )
 from langgraph_colosseum.inspection import Inspector
 from langgraph_colosseum.saver import ColosseumSaver
 
 DEFAULT_TICKER = "AMD"  # its chart gives a buy within the mandate
 VETOED_TICKER = "TSLA"  # too volatile for the mandate: the risk manager vetoes it
-APPROVAL = {"approved": True, "by": "cio", "note": "Within mandate."}
+# The CIO's preferences ride on the approval; the committee remembers them.
+CIO_PREFERENCES = [
+    "Position size: keep any single stock under 5% of the book, and use no leverage.",
+    "Income: prefer dividend payers with a long record for the income sleeve.",
+]
+APPROVAL = {"approved": True, "by": "cio", "note": "Within mandate.", "remember": CIO_PREFERENCES}
+# Where the committee keeps them: one namespace, across threads (and runs).
+MEMORY = ("committee", "cio", "preferences")
+MEMORY_TICKER = "NFLX"  # the committee of section 7, on another thread
 # The fork: the CIO asks what the committee would have done under a tighter mandate.
 TIGHTER_MANDATE = {**DEFAULT_MANDATE, "max_position_pct": 0.02}
 
@@ -114,21 +131,22 @@ def run(
 
     with ColosseumSaver.from_env(pool_size=2) as saver:
         saver.setup()
+        memory = open_memory(saver)
         book = OrderBook(env[embedded.DATABASE_ENV[0]])
         book_existed = book.exists()
         book.setup()
         try:
-            return _run(console, saver, book, env, ticker, run_id, keep)
+            return _run(console, saver, memory, book, env, ticker, run_id, keep)
         finally:
             if not keep:
-                _clean_up(console, saver, book, run_id, drop_table=not book_existed)
+                _clean_up(console, saver, memory, book, run_id, drop_table=not book_existed)
 
 
 def _run(
-    console: Console, saver: ColosseumSaver, book: OrderBook, env: dict[str, str],
-    ticker: str, run_id: str, keep: bool,
+    console: Console, saver: ColosseumSaver, memory: Any, book: OrderBook,
+    env: dict[str, str], ticker: str, run_id: str, keep: bool,
 ) -> DemoOutcome:  # fmt: skip
-    graph = build_committee(saver, book)
+    graph = build_committee(saver, book, store=memory)
     metadata = {"desk": "demo", "demo_run": run_id}
 
     _section(console, "1", "The committee meets, and stops for the CIO's approval")
@@ -182,7 +200,7 @@ def _run(
     _section(console, "6", "Another committee, and a thread search")
     if vetoed_thread_id is None:
         vetoed_thread_id = _committee_thread(run_id, VETOED_TICKER)
-        graph.invoke(convene(VETOED_TICKER),
+        graph.invoke(convene(VETOED_TICKER, memory=MEMORY),
                      {**config, "configurable": {"thread_id": vetoed_thread_id}})  # fmt: skip
     else:
         console.print("The vetoed committee of section 1 is the other thread.", highlight=False)
@@ -190,6 +208,9 @@ def _run(
         "ticker"
     ]
     _show_searches(console, saver, run_id, vetoed_ticker)
+
+    _section(console, "7", "Long-term memory across threads: store=ColosseumStore")
+    _show_memory(console, graph, memory, run_id, crashed.pid)
 
     orders = book.orders(thread_id)
     if len(orders) != 1 or book.orders(vetoed_thread_id):
@@ -224,7 +245,7 @@ def _meet(
     second committee on DEFAULT_TICKER. (the thread waiting for the CIO, the vetoed one)."""
     thread_id = _committee_thread(run_id, ticker)
     config: RunnableConfig = {"configurable": {"thread_id": thread_id}, "metadata": metadata}
-    graph.invoke(convene(ticker), config)
+    graph.invoke(convene(ticker, memory=MEMORY), config)
     state = graph.get_state(config)
     _show_analysis(console, state.values)
     if state.interrupts:
@@ -239,7 +260,7 @@ def _meet(
     ))  # fmt: skip
     second = _committee_thread(run_id, DEFAULT_TICKER)
     config = {"configurable": {"thread_id": second}, "metadata": metadata}
-    graph.invoke(convene(DEFAULT_TICKER), config)
+    graph.invoke(convene(DEFAULT_TICKER, memory=MEMORY), config)
     state = graph.get_state(config)
     _show_analysis(console, state.values)
     if not state.interrupts:
@@ -248,12 +269,16 @@ def _meet(
 
 
 def _clean_up(
-    console: Console, saver: ColosseumSaver, book: OrderBook, run_id: str, *, drop_table: bool
-) -> None:
+    console: Console, saver: ColosseumSaver, memory: Any, book: OrderBook, run_id: str, *,
+    drop_table: bool,
+) -> None:  # fmt: skip
     """Remove what this run wrote to a database the user configured."""
     found = saver.threads.search(metadata={"demo_run": run_id}, limit=1000)
     for thread in found:
         saver.delete_thread(thread.thread_id)
+    for item in memory.search(MEMORY, limit=100):
+        memory.delete(item.namespace, item.key)
+    memory.delete(*BROKER_SESSION)
     if drop_table:
         book.drop()
     else:
@@ -389,6 +414,47 @@ def _show_searches(
     console.print(table)
 
 
+def _show_memory(console: Console, graph: Any, memory: Any, run_id: str, worker_pid: int) -> None:
+    """The CIO's remembered preferences, recalled on another thread; the broker session."""
+    remembered = memory.search(MEMORY, limit=10)
+    table = Table("key", "remembered", "from the committee on",
+                  title=f"store.search({MEMORY})", title_justify="left")  # fmt: skip
+    for item in remembered:
+        table.add_row(item.key, Text(safe(item.value["text"])),
+                      Text(safe(item.value.get("ticker"))))  # fmt: skip
+    console.print(table)
+
+    # A committee on another thread: its risk manager recalls by meaning.
+    thread_id = _committee_thread(run_id, MEMORY_TICKER)
+    config: RunnableConfig = {"configurable": {"thread_id": thread_id},
+                              "metadata": {"desk": "demo-memory", "demo_run": run_id}}  # fmt: skip
+    graph.invoke(convene(MEMORY_TICKER, memory=MEMORY), config)
+    said = next(m for m in reversed(graph.get_state(config).values["messages"])
+                if getattr(m, "name", None) == "risk_manager")  # fmt: skip
+    how = ("store.search(query=...), pgvector HNSW" if memory.index_config
+           else "no pgvector on this server: ranked in Python by recall()")  # fmt: skip
+    console.print(f"A committee on {MEMORY_TICKER} (thread {escape(thread_id)}): the risk manager "
+                  f"asks its memory for \"{RISK_QUESTION}\" ({how}):", highlight=False)  # fmt: skip
+    console.print(Panel(escape(said.content), title="risk_manager", border_style="cyan"))
+    found = recall(memory, MEMORY, "dividend payers for income", limit=2)
+    ranked = Table("score", "recalled for: dividend payers for income")
+    for item in found:
+        ranked.add_row(f"{item.score:.3f}", Text(safe(item.value["text"])))
+    console.print(ranked)
+
+    session, opened = broker_session(memory)
+    by = session["opened_by_pid"]
+    console.print(
+        f"The broker session (MCP server state) is the store item {BROKER_SESSION}: token "
+        f"{escape(session['token'])}, opened by pid {by} at {escape(session['opened_at'])}"
+        f"{' (the worker of section 2, before it was killed)' if by == worker_pid else ''}; "
+        f"{'opened now' if opened else 'reused by this read'}. It expires "
+        f"{BROKER_SESSION_TTL_MINUTES:g} minutes after its last use (put(..., ttl=), each "
+        "read refreshes it), and once expired it is never returned, swept or not.",
+        highlight=False,
+    )
+
+
 def _order_text(orders: Sequence[Order]) -> str:
     return "; ".join(
         f"#{o.order_id} {o.side} {o.quantity} {o.ticker} @ {o.limit_price} (sent by pid {o.worker_pid})"
@@ -455,7 +521,8 @@ def work(task: str, thread_id: str) -> None:
     saver_class = _KilledBeforeSavingToolResults if task == "approve" else ColosseumSaver
     config: RunnableConfig = {"configurable": {"thread_id": thread_id}}
     with saver_class.from_env(pool_size=2) as saver:
-        graph = build_committee(saver, OrderBook(embedded.database_url()))
+        memory = open_memory(saver)
+        graph = build_committee(saver, OrderBook(embedded.database_url()), store=memory)
         resume: Command | None = Command(resume=APPROVAL) if task == "approve" else None
         # durability="sync": every step is saved before the next one starts, so
         # a kill loses at most the step in flight.

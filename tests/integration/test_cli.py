@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import datetime as dt
 import json
 import os
 from collections.abc import Iterator
@@ -16,9 +17,10 @@ from langgraph.graph import START, StateGraph
 from langgraph.graph.message import add_messages
 from typer.testing import CliRunner
 
-from langgraph_colosseum import ColosseumSaver, embedded
+from langgraph_colosseum import ColosseumSaver, demo, embedded
 from langgraph_colosseum.cli import app, channel_changes
-from langgraph_colosseum.committee import OrderBook
+from langgraph_colosseum.committee import BROKER_SESSION, BROKER_SESSION_TTL_MINUTES, OrderBook
+from langgraph_colosseum.memory import ColosseumStore
 from tests.conftest import truncate
 
 LOCAL_REDIS = os.environ.get("COLOSSEUM_TEST_REDIS_URL", "redis://127.0.0.1:6379/0")
@@ -191,11 +193,14 @@ def test_demo_runs_to_the_end_and_places_the_order_once(
     cli_db: str, monkeypatch: pytest.MonkeyPatch
 ) -> None:
     truncate(cli_db)
+    with psycopg.connect(cli_db, autocommit=True) as conn:  # the memory of earlier runs
+        conn.execute("DROP TABLE IF EXISTS colosseum_store_items CASCADE")
+        conn.execute("DROP TABLE IF EXISTS colosseum_store_schema")
     for name in embedded.REDIS_ENV:
         monkeypatch.delenv(name, raising=False)
     output = run("demo", "--keep")  # a configured database: kept only when asked
     for shown in ("interrupt()", "killed by SIGKILL", "Resumed by thread_id",
-                  "Who said what", "Time travel", "thread search"):  # fmt: skip
+                  "Who said what", "Time travel", "thread search", "Long-term memory"):  # fmt: skip
         assert shown in output
 
     with ColosseumSaver.from_conn_string(cli_db) as saver:
@@ -228,6 +233,24 @@ def test_demo_runs_to_the_end_and_places_the_order_once(
         (closed,) = finals
         last = closed.checkpoint["channel_values"]["messages"][-1].content
         assert last.startswith(f"Confirmed: order {order.order_id} filled")
+
+        # Long-term memory: the CIO's preferences, given with the approval in the
+        # worker, recalled on another thread by the risk manager.
+        memory = ColosseumStore.from_saver(saver)
+        remembered = {item.value["text"] for item in memory.search(demo.MEMORY)}
+        assert remembered == set(demo.CIO_PREFERENCES)
+        (other,) = saver.threads.search(metadata={"desk": "demo-memory"})
+        said = [e.message.content for e in saver.threads.messages(other.thread_id)
+                if e.node == "risk_manager"]  # fmt: skip
+        assert said[-1].endswith(f'The CIO told us before: "{demo.CIO_PREFERENCES[0]}"')
+        # The broker session: a store item with a TTL, opened by the killed worker.
+        session = memory.get(*BROKER_SESSION, refresh_ttl=False)
+        assert session is not None and session.value["opened_by_pid"] == order.worker_pid
+        with psycopg.connect(cli_db) as conn:
+            ((left,),) = conn.execute(
+                "SELECT expires_at - now() FROM colosseum_store_items WHERE key = 'session'"
+            ).fetchall()
+        assert dt.timedelta(0) < left <= dt.timedelta(minutes=BROKER_SESSION_TTL_MINUTES)
 
 
 # ------------------------------------------------------------------ embedded up / down
