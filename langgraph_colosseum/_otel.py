@@ -191,7 +191,8 @@ class Observer:
     def __call__(
         self, op: Operation[Any], perform: Callable[[Request], Any], asynchronous: bool
     ) -> tuple[Operation[Any], Callable[[Request], Any]]:
-        code = getattr(op, "gi_code", None)
+        # A generator's code names its operation; any other iterable, its type.
+        code = getattr(op, "gi_code", None) or type(op)
         kind = self._kinds.get(code)
         if kind is None:
             kind = self._kinds[code] = _kind_of(op)
