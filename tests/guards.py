@@ -41,6 +41,7 @@ HOT_TRUTH = "tests/integration/test_hot_truth.py"
 STORE_HOT = "tests/integration/test_store_hot.py"
 RUNS = "tests/integration/test_runs.py"
 ENCRYPTION_TESTS = "tests/integration/test_encryption_everywhere.py"
+STATE_VERSIONS = "tests/integration/test_state_versions.py"
 
 
 @dataclass(frozen=True)
@@ -463,6 +464,15 @@ GUARDS: list[Guard] = [
         ),
         mutant="",
         tests=(f"{ENCRYPTION_TESTS}::test_rekey_leaves_rows_a_writer_changed_meanwhile[postgres]",),
+    ),
+    Guard(
+        name="state migrate: a thread is re-read under its guard, and one at the version is left",
+        file="langgraph_colosseum/_core/versions.py",
+        original="    if stored >= versions.version:\n        return ALREADY",
+        mutant="",
+        tests=(
+            f"{STATE_VERSIONS}::test_a_thread_another_migration_took_meanwhile_is_not_migrated_again",
+        ),
     ),
 ]
 

@@ -21,7 +21,9 @@ from langgraph.types import Send, interrupt
 from psycopg import conninfo
 
 from langgraph_colosseum import AsyncColosseumSaver, ColosseumSaver, Migration
-from tests.conftest import redis_url, server_url
+from langgraph_colosseum._core import threads as threads_sql
+from langgraph_colosseum._core.io import Query
+from tests.conftest import redis_url, server_url, truncate
 
 ROOT = Path(__file__).resolve().parents[2]
 # This process runs the application's version 1 (APP_STATE_VERSION unset).
@@ -317,3 +319,35 @@ def test_pending_sends_follow_a_renamed_node_and_a_removed_node_drops_its_work(
     state = without.get_state(asking)
     assert state.next == () and state.interrupts == ()
     assert without.invoke({"items": ["x"]}, asking)["done"] == ["noted"]
+
+
+def test_a_thread_another_migration_took_meanwhile_is_not_migrated_again(pg_url: str) -> None:
+    """Two `state migrate` runs pick the same old thread; the second to get its
+    guard finds it at the new version (re-read under the guard) and leaves it."""
+    from tests.integration.test_guards import Once, worker
+
+    truncate(pg_url)
+    thread_id = "raced"
+    with worker(pg_url, hot=False) as one, worker(pg_url, hot=False) as two:
+        v1 = StateGraph(CountV1)
+        v1.add_node("count", count)
+        v1.add_edge(START, "count")
+        v1.compile(checkpointer=one).invoke(
+            {"query": "q"}, {"configurable": {"thread_id": thread_id}}
+        )
+
+        def the_other_migration() -> None:
+            assert two.migrate_state(2, {1: rename_query}, thread_ids=[thread_id])["migrated"] == 1
+
+        # The first selected the thread; the other takes it before its guard does.
+        one.before = hook = Once(
+            lambda r: isinstance(r, Query) and r.sql is threads_sql.ACQUIRE, the_other_migration
+        )
+        assert one.migrate_state(2, {1: rename_query}, thread_ids=[thread_id])["migrated"] == 0
+        assert hook.fired
+    with psycopg.connect(pg_url) as conn:
+        assert conn.execute(
+            "SELECT count(*) FROM colosseum_checkpoints "
+            "WHERE thread_id = %s AND metadata ->> 'source' = 'migration'",
+            [thread_id],
+        ).fetchone() == (1,)
