@@ -40,6 +40,7 @@ GUARD_TESTS = "tests/integration/test_guards.py"
 HOT_TRUTH = "tests/integration/test_hot_truth.py"
 STORE_HOT = "tests/integration/test_store_hot.py"
 RUNS = "tests/integration/test_runs.py"
+RUNS_STOPPED = "tests/integration/test_runs_stopped.py"
 ENCRYPTION_TESTS = "tests/integration/test_encryption_everywhere.py"
 STATE_VERSIONS = "tests/integration/test_state_versions.py"
 
@@ -396,7 +397,7 @@ GUARDS: list[Guard] = [
         name="runs: reject / enqueue take the thread only when no live run holds it",
         file="langgraph_colosseum/_core/multitask.py",
         original="OR ((run_owner IS NULL OR run_lease_until IS NULL OR run_lease_until < now())",
-        mutant="OR ((true",
+        mutant="OR ((true)",
         tests=(f"{RUNS}::test_reject_the_second_run_never_writes[postgres]",),
     ),
     Guard(
@@ -412,6 +413,22 @@ GUARDS: list[Guard] = [
         original="AND (r.status = 'running'",
         mutant="AND (true",
         tests=(f"{RUNS}::test_a_stopped_run_never_ends_as_success",),
+    ),
+    Guard(
+        name="runs: a queued run cancelled while it waits never takes the thread",
+        file="langgraph_colosseum/_core/multitask.py",
+        original="WHERE coalesce((SELECT status FROM me), 'pending') = 'pending'",
+        mutant="WHERE true",
+        tests=(f"{RUNS_STOPPED}::test_a_cancelled_waiter_never_runs",),
+    ),
+    Guard(
+        name="runs: a rollback restores the thread as the stopped run found it after its own rollbacks",
+        file="langgraph_colosseum/_core/multitask.py",
+        original="UPDATE colosseum_runs r SET metadata_before = t.metadata",
+        mutant="UPDATE colosseum_runs r SET metadata_before = r.metadata_before",
+        tests=(
+            f"{RUNS_STOPPED}::test_a_rollback_of_a_rollback_does_not_bring_back_what_the_first_removed",
+        ),
     ),
     Guard(
         name="rekey: a value row is re-sealed only as it was read (a prune compacts it meanwhile)",

@@ -174,6 +174,15 @@ WHERE r.thread_id = %(thread_id)s AND r.status IN ('interrupted', 'error')
 ORDER BY r.seq DESC
 """
 
+# After the rollbacks due are done, in their transaction: what a rollback of
+# this run restores is the thread as this run found it once they were done,
+# not as TAKE saw it (that still held the metadata of the runs rolled back).
+FOUND_METADATA = """
+UPDATE colosseum_runs r SET metadata_before = t.metadata
+FROM colosseum_threads t
+WHERE r.thread_id = %(thread_id)s AND r.run_id = %(run_id)s AND t.thread_id = r.thread_id
+"""
+
 GIVE_UP = """
 UPDATE colosseum_runs
 SET status = 'error', error = %(error)s, ended_at = clock_timestamp(), lease_until = NULL
@@ -289,8 +298,12 @@ def stopped_error(thread_id: str, run_id: str, status: str | None, by: str | Non
     return cls(thread_id, run_id, status=status or "unknown", by=by)
 
 
-def _taken(result: Any) -> bool:
-    return result[-1][0][0] is not None
+def _decided(result: Any) -> bool:
+    """A TAKE after which a queued run waits no more: it took the thread, or it
+    was stopped meanwhile (cancelled, given up by the sweep). The NOTIFY of a
+    cancel may have come before this wait's LISTEN: it is not waited for."""
+    token, _, _, my_status = result[-1][0]
+    return token is not None or my_status not in (None, "pending")
 
 
 def start(
@@ -335,7 +348,7 @@ def start(
             wait = lease_seconds / 3
             if deadline is not None:
                 wait = max(0.0, min(wait, deadline - time.monotonic()))
-            result = yield AwaitNotify(CHANNEL, thread_id, take, _taken, wait)
+            result = yield AwaitNotify(CHANNEL, thread_id, take, _decided, wait)
         else:
             result = yield take
         token, stopped, _, my_status = result[-1][0]
@@ -361,8 +374,15 @@ def start(
         # ones before it are deleted now, before this run reads or writes.
         rolled_back = [row[0] for row in due]
         yield from store.delete_for_runs(rolled_back)
-        for run in rolled_back:
-            yield Query(ROLLED_BACK, {"thread_id": thread_id, "stopped": run}, fetch=False)
+        yield Transaction(
+            (
+                *(
+                    Query(ROLLED_BACK, {"thread_id": thread_id, "stopped": run}, fetch=False)
+                    for run in rolled_back
+                ),
+                Query(FOUND_METADATA, {"thread_id": thread_id, "run_id": run_id}, fetch=False),
+            )
+        )
     if due or stopped is not None:
         # The run stopped may have committed its last put and not yet advanced
         # the Redis head (or a rollback stopped midway, its delete and not yet

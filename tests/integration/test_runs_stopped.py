@@ -1,0 +1,242 @@
+"""What a run stopped by another leaves behind (`saver.runs(graph)`, issue 15).
+
+Each test drives the competing runs with events (no sleeps) against real
+Postgres (and Redis where the hot head is the subject).
+"""
+
+from __future__ import annotations
+
+import operator
+import threading
+from typing import Annotated, Any
+
+import psycopg
+from langgraph.graph import END, START, StateGraph
+from typing_extensions import TypedDict
+
+from langgraph_colosseum import ColosseumSaver
+from langgraph_colosseum.errors import RunRolledBackError
+from tests.conftest import truncate
+
+WAIT = 60.0
+
+
+class Chat(TypedDict):
+    messages: Annotated[list[str], operator.add]
+
+
+def traces(url: str, thread_id: str, text: str) -> list[str]:
+    """The Postgres tables whose rows of `thread_id` hold `text`."""
+    found = []
+    with psycopg.connect(url, autocommit=True) as conn:
+        for table in ("checkpoints", "channel_values", "writes", "delta_histories", "threads"):
+            hits = conn.execute(
+                f"SELECT count(*) FROM colosseum_{table} t "
+                "WHERE t.thread_id = %s AND position(%s in t::text) > 0",
+                (thread_id, text),
+            ).fetchone()[0]
+            if hits:
+                found.append(f"{table}: {hits}")
+    return found
+
+
+def nested_graph(saver: Any, entered: threading.Event, release: threading.Event) -> Any:
+    """START -> inner (a subgraph: note -> slow) -> END; `slow` holds the message
+    "held" until `release`. The subgraph's checkpoints are stored under its
+    own namespace."""
+
+    def note(state: Chat) -> dict:
+        return {"messages": [f"{state['messages'][-1]}:note"]}
+
+    def slow(state: Chat) -> dict:
+        if state["messages"][-1] == "held:note" and not entered.is_set():
+            entered.set()
+            release.wait(WAIT)
+        return {"messages": [f"{state['messages'][-1]}:slow"]}
+
+    inner = StateGraph(Chat)
+    inner.add_node("note", note)
+    inner.add_node("slow", slow)
+    inner.add_edge(START, "note")
+    inner.add_edge("note", "slow")
+    inner.add_edge("slow", END)
+    outer = StateGraph(Chat)
+    outer.add_node("inner", inner.compile())
+    outer.add_edge(START, "inner")
+    outer.add_edge("inner", END)
+    return outer.compile(checkpointer=saver)
+
+
+def test_rollback_of_a_run_stopped_inside_a_subgraph(pg_url: str) -> None:
+    truncate(pg_url)
+    config = {"configurable": {"thread_id": "nested-rb"}}
+    entered, release = threading.Event(), threading.Event()
+    with ColosseumSaver.from_conn_string(pg_url, pool_size=4) as saver:
+        runs = saver.runs(nested_graph(saver, entered, release), "reject")
+        runs.invoke({"messages": ["one"]}, config, durability="sync")
+        outcome: list[Any] = []
+
+        def held() -> None:
+            try:
+                runs.invoke({"messages": ["held"]}, config, durability="sync")
+                outcome.append("success")
+            except Exception as exc:
+                outcome.append(exc)
+
+        first = threading.Thread(target=held)
+        first.start()
+        assert entered.wait(WAIT)  # the subgraph stored `note`, and waits in `slow`
+        with psycopg.connect(pg_url, autocommit=True) as conn:
+            namespaces = conn.execute(
+                "SELECT DISTINCT checkpoint_ns FROM colosseum_checkpoints WHERE thread_id = %s",
+                ("nested-rb",),
+            ).fetchall()
+        result = runs.invoke({"messages": ["two"]}, config, multitask_strategy="rollback")
+        release.set()
+        first.join(WAIT)
+        assert isinstance(outcome[0], RunRolledBackError), outcome
+        assert "held" not in repr(result["messages"]) and "two:note:slow" in result["messages"]
+        assert traces(pg_url, "nested-rb", "held") == [], namespaces
+        history = [s.values.get("messages") for s in runs.graph.get_state_history(config)]
+        assert not any("held" in repr(m) for m in history)
+
+
+def held_graph(saver: Any, holds: dict[str, tuple[threading.Event, threading.Event]]) -> Any:
+    """START -> answer -> END; `answer` of a message in `holds` sets its first
+    event and waits for its second."""
+
+    def answer(state: Chat) -> dict:
+        msg = state["messages"][-1]
+        if msg in holds:
+            holds[msg][0].set()
+            holds[msg][1].wait(WAIT)
+        return {"messages": [f"{msg}:answer"]}
+
+    builder = StateGraph(Chat)
+    builder.add_node("answer", answer)
+    builder.add_edge(START, "answer")
+    builder.add_edge("answer", END)
+    return builder.compile(checkpointer=saver)
+
+
+def in_thread(call: Any, outcome: list[Any]) -> threading.Thread:
+    def run() -> None:
+        try:
+            outcome.append(call())
+        except Exception as exc:
+            outcome.append(exc)
+
+    started = threading.Thread(target=run)
+    started.start()
+    return started
+
+
+def test_a_rollback_of_a_rollback_does_not_bring_back_what_the_first_removed(
+    pg_url: str,
+) -> None:
+    """A's registry metadata is removed when B rolls A back. B's own record must
+    then remember the thread as B found it after the rollback, not before it:
+    when C rolls B back in turn, A's metadata must not come back."""
+    truncate(pg_url)
+    thread_id = "meta-rb"
+    holds = {m: (threading.Event(), threading.Event()) for m in ("qa", "qb")}
+
+    def config(topic: str) -> dict:
+        return {"configurable": {"thread_id": thread_id}, "metadata": {"topic": topic}}
+
+    with ColosseumSaver.from_conn_string(pg_url, pool_size=6) as saver:
+        runs = saver.runs(held_graph(saver, holds), "rollback")
+        runs.invoke({"messages": ["q0"]}, config("zero"), durability="sync")
+        outcome_a: list[Any] = []
+        outcome_b: list[Any] = []
+        a = in_thread(
+            lambda: runs.invoke({"messages": ["qa"]}, config("from-a"), durability="sync"),
+            outcome_a,
+        )
+        assert holds["qa"][0].wait(WAIT)
+        assert saver.threads.get(thread_id).metadata["topic"] == "from-a"
+        b = in_thread(
+            lambda: runs.invoke({"messages": ["qb"]}, config("from-b"), durability="sync"),
+            outcome_b,
+        )
+        assert holds["qb"][0].wait(WAIT)  # A is rolled back: B is in `answer`
+        assert saver.threads.get(thread_id).metadata["topic"] == "from-b"
+        result = runs.invoke({"messages": ["qc"]}, {"configurable": {"thread_id": thread_id}})
+        for hold in holds.values():
+            hold[1].set()
+        a.join(WAIT)
+        b.join(WAIT)
+        assert isinstance(outcome_a[0], RunRolledBackError), outcome_a
+        assert isinstance(outcome_b[0], RunRolledBackError), outcome_b
+        assert result["messages"] == ["q0", "q0:answer", "qc", "qc:answer"]
+        assert saver.threads.get(thread_id).metadata.get("topic") == "zero"
+        assert traces(pg_url, thread_id, "from-a") == []
+
+
+def test_a_cancelled_waiter_never_runs(pg_url: str) -> None:
+    """Guard: a queued run cancelled while it waits leaves the queue. Cancelling
+    the thread stops its running run and its waiter at once, so the waiter
+    wakes to a free thread: it must not take it, and its caller is told."""
+    from langgraph_colosseum.errors import RunInterruptedError
+
+    truncate(pg_url)
+    thread_id = "cancel-waiter"
+    holds = {"qa": (threading.Event(), threading.Event())}
+    config = {"configurable": {"thread_id": thread_id}}
+    with ColosseumSaver.from_conn_string(pg_url, pool_size=4) as saver:
+        runs = saver.runs(held_graph(saver, holds), "enqueue")
+        first: list[Any] = []
+        second: list[Any] = []
+        a = in_thread(lambda: runs.invoke({"messages": ["qa"]}, config), first)
+        assert holds["qa"][0].wait(WAIT)
+        b = in_thread(lambda: runs.invoke({"messages": ["qb"]}, config), second)
+        pending: list[Any] = []
+        while not pending:  # a query per turn: b has recorded its place
+            pending = saver.runs.list(thread_id, status="pending")
+        assert len(saver.runs.cancel(thread_id=thread_id)) == 2
+        b.join(WAIT)
+        holds["qa"][1].set()
+        a.join(WAIT)
+        assert isinstance(first[0], RunInterruptedError), first
+        assert isinstance(second[0], RunInterruptedError), second
+        assert traces(pg_url, thread_id, "qb") == []
+        assert {r.status for r in saver.runs.list(thread_id)} == {"interrupted"}
+
+
+def test_a_waiter_cancelled_while_it_sleeps_is_told_at_once(pg_url: str) -> None:
+    """A queued run asleep on LISTEN is woken by the cancel's NOTIFY; asking
+    again, it finds itself cancelled and must say so then, not sleep on for
+    another third of its lease (here 200 s) waiting for a NOTIFY already sent."""
+    from datetime import timedelta
+
+    from langgraph_colosseum.errors import RunInterruptedError
+
+    truncate(pg_url)
+    thread_id = "cancel-sleeper"
+    holds = {"qa": (threading.Event(), threading.Event())}
+    config = {"configurable": {"thread_id": thread_id}}
+    with ColosseumSaver.from_conn_string(pg_url, pool_size=4) as saver:
+        graph = held_graph(saver, holds)
+        runs = saver.runs(graph, "enqueue", lease=timedelta(seconds=600))
+        first: list[Any] = []
+        second: list[Any] = []
+        a = in_thread(lambda: runs.invoke({"messages": ["qa"]}, config), first)
+        assert holds["qa"][0].wait(WAIT)
+        b = in_thread(lambda: runs.invoke({"messages": ["qb"]}, config), second)
+        with psycopg.connect(pg_url, autocommit=True) as conn:
+            asleep = 0
+            while not asleep:  # a query per turn: b asked for the thread and sleeps
+                asleep = conn.execute(
+                    "SELECT count(*) FROM pg_stat_activity WHERE datname = current_database() "
+                    "AND state = 'idle' AND query LIKE '%%FROM ahead%%'"
+                ).fetchone()[0]
+        try:
+            assert len(saver.runs.cancel(thread_id=thread_id)) == 2
+            # told before anything else happens on the thread (a's hold lasts WAIT)
+            b.join(WAIT / 2)
+            assert second and isinstance(second[0], RunInterruptedError), second
+        finally:
+            holds["qa"][1].set()
+            a.join(WAIT)
+            b.join(WAIT)
+        assert isinstance(first[0], RunInterruptedError), first
