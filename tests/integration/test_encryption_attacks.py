@@ -1,0 +1,43 @@
+"""Attacks on encryption at rest beyond single-row tampering (issue 19, item 4):
+what a sealed row's associated data binds, and what it does not.
+
+Each test alters stored rows directly (SQL on Postgres, raw commands on Redis)
+and reads through a saver, as an attacker with write access to one store
+would see the result.
+"""
+
+from __future__ import annotations
+
+import psycopg
+import pytest
+from langgraph.checkpoint.base import empty_checkpoint
+
+from tests.conftest import CACHE_MODES, flush_cache, truncate
+from tests.integration.test_encryption import _refused, keys, open_saver
+
+pytestmark = pytest.mark.parametrize("mode", CACHE_MODES)
+
+
+@pytest.fixture(autouse=True)
+def _empty(pg_url: str) -> None:
+    truncate(pg_url)
+
+
+def test_task_path_of_a_pending_write_is_bound(pg_url: str, mode: str) -> None:
+    """task_path orders pending writes (LangGraph's writes_sort_key), so it
+    decides in which order a step's writes are applied: exchanging two tasks'
+    paths in Postgres must not reorder the writes a reader is handed."""
+    with open_saver(pg_url, mode, keys()) as saver:
+        config = {"configurable": {"thread_id": "enc-path", "checkpoint_ns": ""}}
+        stored = saver.put(config, empty_checkpoint(), {}, {})
+        saver.put_writes(stored, [("messages", "first")], "task-a", "~a")
+        saver.put_writes(stored, [("messages", "second")], "task-b", "~b")
+        pending = saver.get_tuple(stored).pending_writes
+        assert [value for _, _, value in pending] == ["first", "second"]
+    with psycopg.connect(pg_url) as conn:
+        swapped = conn.execute(
+            "UPDATE colosseum_writes SET task_path = CASE task_id WHEN 'task-a' THEN '~b' "
+            "ELSE '~a' END WHERE thread_id = 'enc-path'"
+        )
+        assert swapped.rowcount == 2
+    _refused(pg_url, mode, "enc-path", keys(), "'messages'", "tag")
