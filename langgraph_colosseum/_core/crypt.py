@@ -11,7 +11,7 @@ Invariants (tests/integration/test_encryption.py):
 
 * The row's identity is the associated data: thread, namespace, channel and
   version (value rows, with encoding and base version), or thread, namespace,
-  checkpoint, task, idx and channel (pending writes). A row moved to another
+  checkpoint, task, idx, task path and channel (pending writes). A row moved to another
   place, or its base pointer or encoding changed, fails the tag.
 * Fail closed: with encryption on, a row of a channel that is not listed as
   plaintext must be sealed. A plaintext row, an unknown key id, a short or
@@ -254,11 +254,14 @@ def write_aad(
     checkpoint_id: str,
     task_id: str,
     idx: int,
+    task_path: str,
     channel: str,
     encoding: str,
 ) -> bytes:
+    # task_path is bound too: it orders a step's writes (writes_sort_key), so
+    # an exchanged path would reorder what the writes apply.
     return orjson.dumps(
-        ["w", thread_id, checkpoint_ns, checkpoint_id, task_id, idx, channel, encoding]
+        ["w", thread_id, checkpoint_ns, checkpoint_id, task_id, idx, task_path, channel, encoding]
     )
 
 

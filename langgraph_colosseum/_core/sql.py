@@ -1078,7 +1078,8 @@ UPDATE colosseum_channel_values SET value = NULL, value_bytes = %(data)s, value_
 WHERE thread_id = %(k0)s AND checkpoint_ns = %(k1)s AND channel = %(k2)s AND version = %(k3)s
 {_REKEY_GUARD}"""
 REKEY_SELECT_WRITES = f"""
-SELECT thread_id, checkpoint_ns, checkpoint_id, task_id, idx, channel, {_REKEY_COLUMNS}
+SELECT thread_id, checkpoint_ns, checkpoint_id, task_id, idx, channel, task_path,
+       {_REKEY_COLUMNS}
 FROM colosseum_writes WHERE {{where}} LIMIT %(limit)s
 """
 REKEY_UPDATE_WRITE = f"""

@@ -510,7 +510,7 @@ class CheckpointStore:
                 continue
             aad = (write_aad if kind == "write" else frozen_aad)(
                 *(thread_id, checkpoint_ns, checkpoint_id),
-                *((task_id, idx, channel) if kind == "write" else (channel, idx, task_id)),
+                *((task_id, idx, task_path, channel) if kind == "write" else (channel, idx, task_id)),
                 stored[0],
             )
             value = self._load(thread_id, checkpoint_ns, checkpoint_id, channel, *stored, aad=aad)
@@ -886,7 +886,9 @@ class CheckpointStore:
                     row,
                     channel,
                     write_aad(
-                        thread_id, checkpoint_ns, checkpoint_id, task_id, idx, channel, row.encoding
+                        *(thread_id, checkpoint_ns, checkpoint_id, task_id, idx, task_path),
+                        channel,
+                        row.encoding,
                     ),
                 )
                 for (idx, (channel, _)), row in zip(by_idx.items(), stored)
@@ -1054,7 +1056,7 @@ class CheckpointStore:
         for ns, cid, task, idx, path, ch, enc, json, data, type_ in writes:
             sealed = reseal(
                 (source, ns, ch), cid, ch, enc, json, data, type_,
-                write_aad, ns, cid, task, idx, ch, enc,
+                write_aad, ns, cid, task, idx, path, ch, enc,
             )  # fmt: skip
             for name, item in zip(
                 ("w_ns", "w_ids", "w_tasks", "w_idxs", "w_paths", "w_channels", "w_encodings",
@@ -1427,8 +1429,8 @@ class CheckpointStore:
         pending: list[tuple[tuple[str, str, int], PendingWrite]] = []
         for i, channel in enumerate(w_channels or ()):
             aad = write_aad(
-                thread_id, checkpoint_ns, checkpoint_id, w_task_ids[i], w_idxs[i], channel,
-                w_encodings[i],
+                thread_id, checkpoint_ns, checkpoint_id, w_task_ids[i], w_idxs[i],
+                w_task_paths[i], channel, w_encodings[i],
             )  # fmt: skip
             value = self._load(
                 thread_id, checkpoint_ns, checkpoint_id, channel,

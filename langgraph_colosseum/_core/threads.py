@@ -370,7 +370,7 @@ def messages(
             {"id": cid, "step": step, "ts": ts, "source": source, "version": version, "w": []},
         )
         if ch is not None:  # a checkpoint without such writes still dates its parent's
-            aad = write_aad(thread_id, "", cid, task_id, idx, ch, enc)
+            aad = write_aad(thread_id, "", cid, task_id, idx, path, ch, enc)
             at["w"].append(
                 (writes_sort_key(path, task_id, idx), path, ch, enc, json, data, type_, aad)
             )
