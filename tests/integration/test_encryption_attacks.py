@@ -12,10 +12,10 @@ import psycopg
 import pytest
 from langgraph.checkpoint.base import empty_checkpoint
 
-from tests.conftest import CACHE_MODES, flush_cache, truncate
+from tests.conftest import CACHE_MODES, truncate
 from tests.integration.test_encryption import _refused, keys, open_saver
 
-pytestmark = pytest.mark.parametrize("mode", CACHE_MODES)
+both_modes = pytest.mark.parametrize("mode", CACHE_MODES)
 
 
 @pytest.fixture(autouse=True)
@@ -23,6 +23,7 @@ def _empty(pg_url: str) -> None:
     truncate(pg_url)
 
 
+@both_modes
 def test_task_path_of_a_pending_write_is_bound(pg_url: str, mode: str) -> None:
     """task_path orders pending writes (LangGraph's writes_sort_key), so it
     decides in which order a step's writes are applied: exchanging two tasks'
