@@ -13,7 +13,7 @@ import pytest
 from langgraph.checkpoint.base import empty_checkpoint
 
 from tests.conftest import CACHE_MODES, truncate
-from tests.integration.test_encryption import _refused, keys, open_saver
+from tests.integration.test_encryption import _chat, _refused, keys, open_saver
 
 both_modes = pytest.mark.parametrize("mode", CACHE_MODES)
 
@@ -42,3 +42,19 @@ def test_task_path_of_a_pending_write_is_bound(pg_url: str, mode: str) -> None:
         )
         assert swapped.rowcount == 2
     _refused(pg_url, mode, "enc-path", keys(), "'messages'", "tag")
+
+
+@both_modes
+def test_threads_messages_opens_sealed_writes(pg_url: str, mode: str) -> None:
+    """threads.messages reads each step's writes (sealed, bound to their task
+    path as get_tuple's are) and lists the same messages as without encryption."""
+    listed = []
+    for encryption in (keys(), None):
+        truncate(pg_url)
+        with open_saver(pg_url, mode, encryption) as saver:
+            _chat(saver, "enc-messages", "hello")
+            listed.append(
+                [(m.node, m.message.content) for m in saver.threads.messages("enc-messages")]
+            )
+    assert listed[0] == listed[1]
+    assert ("__start__", "hello") in listed[0] and len(listed[0]) > 2, listed[0]
