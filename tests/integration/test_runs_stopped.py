@@ -11,6 +11,7 @@ import threading
 from typing import Annotated, Any
 
 import psycopg
+import pytest
 from langgraph.graph import END, START, StateGraph
 from langgraph.types import Command, interrupt
 from typing_extensions import TypedDict
@@ -266,6 +267,13 @@ def asking_graph(saver: Any, entered: threading.Event, release: threading.Event)
     return builder.compile(checkpointer=saver)
 
 
+# Strict: this test reproduces a defect not fixed yet; it fails the suite once fixed,
+# so that the mark goes and the README's gap with it.
+@pytest.mark.xfail(
+    strict=True,
+    raises=AssertionError,
+    reason="known gap (README, double-texting): a resuming run's writes sit on the checkpoint it resumed, which delete_for_runs does not touch; fix: a run_id on colosseum_writes",
+)
 def test_rollback_of_a_resuming_run_leaves_nothing_of_it(pg_url: str) -> None:
     """A run that resumes an interrupt() writes its first step's writes (and the
     resume value) on the checkpoint it resumed from, which is not its own.
@@ -338,6 +346,13 @@ class HeldAdvance:
             event.set()
 
 
+# Strict: this test reproduces a defect not fixed yet; it fails the suite once fixed,
+# so that the mark goes and the README's gap with it.
+@pytest.mark.xfail(
+    strict=True,
+    raises=AssertionError,
+    reason="known gap (README, double-texting): the Redis head script does not know of the rollback's deletion; fix: a per-thread deletion counter checked by the script",
+)
 def test_rollback_wins_over_the_stopped_runs_late_redis_head(pg_url: str) -> None:
     """The stopped run's put committed before the rollback took the thread, but
     its Redis step came after the rollback had deleted that checkpoint, dropped
@@ -388,6 +403,13 @@ def test_rollback_wins_over_the_stopped_runs_late_redis_head(pg_url: str) -> Non
         assert outcomes["b"]["messages"] == ["qa0", "qa0:answer", "qb1", "qb1:answer"]
 
 
+# Strict: this test reproduces a defect not fixed yet; it fails the suite once fixed,
+# so that the mark goes and the README's gap with it.
+@pytest.mark.xfail(
+    strict=True,
+    raises=AssertionError,
+    reason="known gap (README, double-texting): rollback restores a metadata snapshot instead of undoing only the stopped run's keys",
+)
 def test_a_rollback_keeps_registry_metadata_set_by_others_meanwhile(pg_url: str) -> None:
     """Rollback removes the stopped run's registry changes, not everyone's: a
     key set with threads.update while that run was running is not the run's."""
