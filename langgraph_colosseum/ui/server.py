@@ -25,6 +25,9 @@ def bind(host: str, port: int) -> socket.socket:
     sock = socket.socket(family, socket.SOCK_STREAM)
     sock.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
     sock.bind((host, port))
+    # Listening now, before the URL is printed: a client that connects at once
+    # waits in the backlog until uvicorn serves, instead of being refused.
+    sock.listen(128)
     return sock
 
 
