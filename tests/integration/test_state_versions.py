@@ -129,22 +129,24 @@ def test_newer_code_resumes_what_older_code_wrote(fresh_url: str) -> None:
 
 def test_state_migrate_beside_live_workers_killed_and_rerun(fresh_url: str, tmp_path: Path) -> None:
     prefix = f"colosseum-versions-{uuid.uuid4().hex[:8]}:"
-    threads = 24
+    threads = 16
     with v1_saver(fresh_url, prefix) as saver:
         v1_app.seed(saver, threads)
     stop = tmp_path / "stop"
     work = [sys.executable, "-m", "tests.integration.versioned_app", "work", fresh_url,
             redis_url(), prefix, str(stop)]  # fmt: skip
+    # The first worker, once told to stop, also reads the migrated threads.
+    checker = {**app_env(2), "APP_CHECK_THREADS": str(threads)}
     workers = [
         subprocess.Popen(
             work,
             cwd=ROOT,
-            env=app_env(2),
+            env=checker if i == 0 else app_env(2),
             stdout=subprocess.PIPE,
             stderr=subprocess.PIPE,
             text=True,
         )
-        for _ in range(4)
+        for i in range(4)
     ]
     migrate = [
         str(Path(sys.executable).parent / "colosseum"), "--dsn", fresh_url, "--redis-url",
@@ -153,16 +155,16 @@ def test_state_migrate_beside_live_workers_killed_and_rerun(fresh_url: str, tmp_
         "--batch-size", "5", "--lease", "1", "--cache-prefix", prefix,
     ]  # fmt: skip
     try:
-        # Killed halfway, at a point a barrier fixes: a run of m-012 holds its
-        # guard, so the migration waits there, having migrated m-000..m-011.
-        with v1_saver(fresh_url, prefix) as holder, holder.run_guard("m-012"):
+        # Killed halfway, at a point a barrier fixes: a run of m-008 holds its
+        # guard, so the migration waits there, having migrated m-000..m-007.
+        with v1_saver(fresh_url, prefix) as holder, holder.run_guard("m-008"):
             first = subprocess.Popen(
                 [*migrate, "--verbose"], cwd=ROOT, env=app_env(2), stdout=subprocess.PIPE,
                 stderr=subprocess.DEVNULL, text=True, start_new_session=True,
             )  # fmt: skip
             assert first.stdout is not None
-            reported = [first.stdout.readline() for _ in range(12)]
-            assert reported == [f"m-{i:03}: migrated\n" for i in range(12)]
+            reported = [first.stdout.readline() for _ in range(8)]
+            assert reported == [f"m-{i:03}: migrated\n" for i in range(8)]
             first.kill()
             first.wait(timeout=30)
 
@@ -170,13 +172,15 @@ def test_state_migrate_beside_live_workers_killed_and_rerun(fresh_url: str, tmp_
             migrate, cwd=ROOT, env=app_env(2), capture_output=True, text=True, timeout=120
         )
         assert rerun.returncode == 0, rerun.stderr[-3000:]
-        assert rerun.stdout.startswith(f"migrated {threads - 12} threads"), rerun.stdout
+        assert rerun.stdout.startswith(f"migrated {threads - 8} threads"), rerun.stdout
     finally:
         stop.touch()
         outputs = [worker.communicate(timeout=60) for worker in workers]
+    reports = []
     for worker, (out, err) in zip(workers, outputs):
         assert worker.returncode == 0, err[-3000:]
-        assert json.loads(out.strip().splitlines()[-1])["threads"] > 0
+        reports.append(json.loads(out.strip().splitlines()[-1]))
+        assert reports[-1]["threads"] > 0
 
     # Every old thread is at version 2, migrated exactly once; the workers'
     # threads were written at version 2 by their code.
@@ -189,7 +193,8 @@ def test_state_migrate_beside_live_workers_killed_and_rerun(fresh_url: str, tmp_
     with ColosseumSaver.from_conn_string(fresh_url) as saver:
         assert list(saver.state_versions()) == [2]
     # And each migrated head holds what v2 code reads from the v1 thread.
-    checked = run_app(2, "check", fresh_url, prefix, str(threads))
+    checked = reports[0]["check"]
+    assert len(checked) == threads
     for thread_id, (ours, reference, source) in checked.items():
         assert ours == reference, thread_id
         assert source == "migration", thread_id
