@@ -23,7 +23,7 @@ from psycopg import conninfo
 from langgraph_colosseum import AsyncColosseumSaver, ColosseumSaver, Migration
 from langgraph_colosseum._core import threads as threads_sql
 from langgraph_colosseum._core.io import Query
-from tests.conftest import redis_url, server_url, truncate
+from tests.conftest import flush_cache, redis_url, server_url, truncate
 
 ROOT = Path(__file__).resolve().parents[2]
 # This process runs the application's version 1 (APP_STATE_VERSION unset).
@@ -50,6 +50,14 @@ def fresh_url() -> Iterator[str]:
     finally:
         with psycopg.connect(admin_url, autocommit=True) as admin:
             admin.execute(f'DROP DATABASE IF EXISTS "{name}" WITH (FORCE)')
+
+
+@pytest.fixture
+def prefix() -> Iterator[str]:
+    """A Redis key prefix of this test's own, its keys deleted afterwards."""
+    prefix = f"colosseum-versions-{uuid.uuid4().hex[:8]}:"
+    yield prefix
+    flush_cache(prefix=prefix)
 
 
 def app_env(version: int) -> dict[str, str]:
@@ -84,8 +92,7 @@ def stored_rows(url: str, thread_id: str) -> set[tuple]:
         }
 
 
-def test_newer_code_resumes_what_older_code_wrote(fresh_url: str) -> None:
-    prefix = f"colosseum-versions-{uuid.uuid4().hex[:8]}:"
+def test_newer_code_resumes_what_older_code_wrote(fresh_url: str, prefix: str) -> None:
     with v1_saver(fresh_url, prefix) as saver:
         v1_app.write(saver)
     v1_rows = stored_rows(fresh_url, "v2-ask")
@@ -127,8 +134,9 @@ def test_newer_code_resumes_what_older_code_wrote(fresh_url: str) -> None:
         ).fetchone() == (1,)  # the one v2 wrote; none rewritten
 
 
-def test_state_migrate_beside_live_workers_killed_and_rerun(fresh_url: str, tmp_path: Path) -> None:
-    prefix = f"colosseum-versions-{uuid.uuid4().hex[:8]}:"
+def test_state_migrate_beside_live_workers_killed_and_rerun(
+    fresh_url: str, prefix: str, tmp_path: Path
+) -> None:
     threads = 16
     with v1_saver(fresh_url, prefix) as saver:
         v1_app.seed(saver, threads)
