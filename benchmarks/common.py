@@ -37,7 +37,12 @@ from psycopg import conninfo
 from psycopg.rows import dict_row
 from psycopg_pool import AsyncConnectionPool
 
-from langgraph_colosseum import AsyncColosseumSaver, ColosseumSaver, Encryption
+from langgraph_colosseum import AsyncColosseumSaver, ColosseumSaver, Encryption, telemetry
+
+# The `dev` extra installs opentelemetry-api, which turns telemetry on at import.
+# The savers are measured as installed without the `otel` extra (no observer);
+# benchmarks/telemetry.py measures what the extra costs, switching it itself.
+telemetry.disable()
 
 try:  # AsyncSqliteSaver needs aiosqlite.
     from langgraph.checkpoint.sqlite.aio import AsyncSqliteSaver

@@ -33,7 +33,9 @@ from langgraph.graph import START, StateGraph
 from langgraph.graph.message import add_messages
 from psycopg import conninfo
 
-from langgraph_colosseum import ColosseumSaver
+from langgraph_colosseum import ColosseumSaver, telemetry
+
+telemetry.disable()  # measured without the `otel` extra (see benchmarks/common.py)
 
 ADMIN_URL = os.environ.get(
     "COLOSSEUM_TEST_POSTGRES_URL", "postgresql://postgres@127.0.0.1:5432/test"

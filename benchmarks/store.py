@@ -52,7 +52,10 @@ import psycopg
 from langgraph.store.base import PutOp
 from langgraph.store.postgres import PostgresStore
 
+from langgraph_colosseum import telemetry
 from langgraph_colosseum.memory import ColosseumStore
+
+telemetry.disable()  # measured without the `otel` extra (see benchmarks/common.py)
 
 RESULTS = Path(__file__).resolve().parent / "results"
 OURS, REF = "ColosseumStore", "PostgresStore"
