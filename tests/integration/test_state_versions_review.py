@@ -1,0 +1,87 @@
+"""State versions (issue 16), as a user would break them: a migration that reads
+more than one channel, continued from two checkpoints of one thread, and the
+classes LangGraph's own serializer revives, which must still round-trip."""
+
+from __future__ import annotations
+
+import uuid
+from typing import Any, TypedDict
+
+from langchain_core.documents import Document
+from langgraph.checkpoint.memory import InMemorySaver
+from langgraph.graph import START, StateGraph
+from langgraph.store.base import GetOp
+
+from langgraph_colosseum import ColosseumSaver
+
+
+class Priced(TypedDict, total=False):
+    amount: Any
+    currency: str
+    log: list[int]
+
+
+def step(state: dict) -> dict:
+    return {"log": [*state.get("log", []), len(state.get("log", []))]}
+
+
+def amount_with_currency(values: dict) -> None:
+    """Version 2 stores an amount as "<n> <currency>": it reads another channel."""
+    if isinstance(values.get("amount"), int):
+        values["amount"] = f"{values['amount']} {values.get('currency', '?')}"
+
+
+def test_a_migration_reading_two_channels_is_right_at_each_checkpoint(
+    saver: ColosseumSaver, pg_url: str
+) -> None:
+    """Two v1 checkpoints of one thread hold `amount` at one stored version and
+    `currency` at two. Continued under v2 from each (time travel, then
+    update_state), each new checkpoint holds the amount migrated from its own
+    checkpoint's currency, not the one another checkpoint was migrated with."""
+    builder = StateGraph(Priced)
+    builder.add_node("step", step)
+    builder.add_edge(START, "step")
+    config = {"configurable": {"thread_id": f"priced-{uuid.uuid4().hex[:8]}"}}
+    v1 = builder.compile(checkpointer=saver)
+    v1.invoke({"amount": 5, "currency": "eur"}, config)
+    v1.invoke({"currency": "usd"}, config)  # amount unchanged (same stored version)
+    finished = [s for s in v1.get_state_history(config) if s.next == ()]
+    usd, eur = finished[0], finished[1]
+    assert (eur.values["currency"], usd.values["currency"]) == ("eur", "usd")
+
+    v2 = saver.versioned(builder.compile(), 2, {1: amount_with_currency})
+    assert v2.get_state(usd.config).values["amount"] == "5 usd"
+    v2.update_state(eur.config, {"log": []})  # a fork from the eur checkpoint
+    assert v2.get_state(config).values["amount"] == "5 eur"
+    v2.update_state(usd.config, {"log": []})  # and one from the usd checkpoint
+    assert v2.get_state(config).values == {"amount": "5 usd", "currency": "usd", "log": []}
+    # A new process (no memory of rows written) reads the same.
+    with ColosseumSaver.from_conn_string(pg_url) as other:
+        fresh = other.versioned(builder.compile(), 2, {1: amount_with_currency})
+        assert fresh.get_state(config).values["amount"] == "5 usd"
+
+
+class Anything(TypedDict, total=False):
+    value: Any
+
+
+def test_classes_langgraph_revives_are_stored_as_before(saver: ColosseumSaver) -> None:
+    """LangChain's Document and LangGraph's store ops are on LangGraph's own safe
+    list: its serializer revives them exactly, so they are no unregistered class
+    and are not refused. Compared with InMemorySaver by repr."""
+    values = [
+        [Document("retrieved", metadata={"source": "a.txt", "page": 2}, id="d1")],
+        GetOp(("users", "1"), "prefs"),
+    ]
+
+    def final(checkpointer: Any, value: Any) -> str:
+        builder = StateGraph(Anything)
+        builder.add_node("put", lambda state: {"value": value})
+        builder.add_edge(START, "put")
+        graph = builder.compile(checkpointer=checkpointer)
+        config = {"configurable": {"thread_id": f"safe-{uuid.uuid4().hex[:8]}"}}
+        graph.invoke({}, config)
+        return repr(graph.get_state(config).values["value"])
+
+    for value in values:
+        assert final(saver, value) == final(InMemorySaver(), value)
