@@ -32,6 +32,7 @@ from langgraph.checkpoint.base import (
     CheckpointTuple,
     DeltaChannelHistory,
 )
+from langgraph.checkpoint.serde._msgpack import SAFE_MSGPACK_TYPES
 from langgraph.checkpoint.serde.base import SerializerProtocol, maybe_add_typed_methods
 from langgraph.checkpoint.serde.jsonplus import JsonPlusSerializer
 
@@ -160,10 +161,13 @@ class ColosseumSaverBase(BaseCheckpointSaver[str], abc.ABC, Generic[ThreadsT]):
 
     def _refuse_unregistered(self, serde_allowlist: Collection[tuple[str, ...]]) -> None:
         """With the default (strict) serde, an unregistered class would come back as
-        a dict: refuse it at write time, unless the serde's allowlist names it."""
+        a dict: refuse it at write time, unless the serde revives it (its allowlist
+        names it, or LangGraph's own safe list does: LangChain's Document, say)."""
         if self._strict_default_serde:
             self._store.codec.serde_revives = frozenset(
-                (entry[0], entry[1]) for entry in serde_allowlist if len(entry) >= 2
+                (entry[0], entry[1])
+                for entry in (*SAFE_MSGPACK_TYPES, *serde_allowlist)
+                if len(entry) >= 2
             )
 
     def versioned(

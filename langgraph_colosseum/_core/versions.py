@@ -12,9 +12,11 @@ Invariants (each kept by the method named; tests/integration/test_state_versions
   the stored values (`migrate`): the stored rows and every cache of decoded
   rows stay as read.
 * A migrated checkpoint names every channel at a *marked* version
-  (``<stored version>~v<N>``, `marked`): distinct from every stored version,
-  in the same order as the stored ones, so LangGraph's version comparisons
-  (`versions_seen`) decide as before. The first put that continues from it
+  (``<stored version>~<checkpoint id>~v<N>``, `marked`): distinct from every
+  stored version, in the same order as the stored ones, so LangGraph's version
+  comparisons (`versions_seen`) decide as before. It names the checkpoint too:
+  a migration may read several channels, so one stored version of a channel
+  can migrate to different values at two checkpoints (time travel, forks). The first put that continues from it
   writes the marked channels' (migrated) values as new rows (`channels_to_write`),
   so a checkpoint recorded at version N only ever names rows holding version-N
   values.
@@ -138,11 +140,12 @@ class StateVersions:
     def stamp(self, metadata: Mapping[str, Any]) -> dict[str, Any]:
         return {**metadata, STATE_VERSION_KEY: self.version}
 
-    def marked(self, version: Any) -> str:
-        """The version a migrated checkpoint names a channel at (see module docstring)."""
+    def marked(self, version: Any, checkpoint_id: str) -> str:
+        """The version checkpoint `checkpoint_id`, migrated, names a channel at
+        (see module docstring)."""
         if not isinstance(version, str):
             version = f"{int(version):032}.{0:016}"
-        return version + self._suffix
+        return f"{version}~{checkpoint_id}{self._suffix}"
 
     def channels_to_write(
         self, thread_id: str, checkpoint_ns: str, checkpoint: Mapping[str, Any], new_versions: Any
@@ -214,6 +217,11 @@ class StateVersions:
                         renames[start] = new
                 renames.setdefault(old, new)
         versions = checkpoint["channel_versions"]
+        checkpoint_id = found.config["configurable"]["checkpoint_id"]
+
+        def marked(version: Any) -> str:
+            return self.marked(version, checkpoint_id)
+
         values, channel_versions = {}, {}
         highest = max((str(v) for v in versions.values()), default=f"{0:032}.{0:016}")
         for channel, value in state.items():
@@ -229,16 +237,16 @@ class StateVersions:
                 and channel in checkpoint["channel_values"]
             ):
                 continue  # a channel the migrations removed
-            channel_versions[name] = self.marked(version)
+            channel_versions[name] = marked(version)
         for channel in values:
-            channel_versions.setdefault(channel, self.marked(highest))  # a channel added
+            channel_versions.setdefault(channel, marked(highest))  # a channel added
         versions_seen = {}
         for node, seen in checkpoint["versions_seen"].items():
             name = renames.get(node, node)
             if name is None:
                 continue
             versions_seen[name] = {
-                renamed: self.marked(v)
+                renamed: marked(v)
                 for ch, v in seen.items()
                 if (renamed := _renamed_channel(ch, renames)) is not None
             }

@@ -23,9 +23,14 @@ def test_one_migration_per_version_below() -> None:
 def test_marked_versions_keep_their_order_and_are_new() -> None:
     versions = StateVersions(2, {1: lambda v: None})
     stored = [f"{n:032}.{tail:016}" for n, tail in ((1, 9), (2, 3), (2, 4), (10, 0))]
-    marked = [versions.marked(v) for v in stored]
+    checkpoint_id = "1f0c2a3b-0000-6000-8000-000000000001"
+    marked = [versions.marked(v, checkpoint_id) for v in stored]
     assert sorted(marked) == marked and not set(marked) & set(stored)
     assert [int(m.split(".")[0]) for m in marked] == [1, 2, 2, 10]  # get_next_version reads this
+    # One stored version, migrated at two checkpoints, is two versions: the
+    # migration may have read other channels, which differ between them.
+    other = "1f0c2a3b-0000-6000-8000-000000000002"
+    assert versions.marked(stored[0], other) != marked[0]
 
 
 def test_node_renames_reach_the_edges_named_after_nodes() -> None:
