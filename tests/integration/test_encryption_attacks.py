@@ -8,11 +8,15 @@ would see the result.
 
 from __future__ import annotations
 
+from collections import Counter
+
 import psycopg
 import pytest
+from langchain_core.messages import HumanMessage
 from langgraph.checkpoint.base import empty_checkpoint
 
 from tests.conftest import CACHE_MODES, truncate
+from tests.integration.graphs import chat_graph
 from tests.integration.test_encryption import _chat, _refused, keys, open_saver
 
 both_modes = pytest.mark.parametrize("mode", CACHE_MODES)
@@ -58,3 +62,37 @@ def test_threads_messages_opens_sealed_writes(pg_url: str, mode: str) -> None:
             )
     assert listed[0] == listed[1]
     assert ("__start__", "hello") in listed[0] and len(listed[0]) > 2, listed[0]
+
+
+@both_modes
+@pytest.mark.parametrize("edit", ["older version", "channel dropped", "parent moved"])
+def test_altered_checkpoint_document_is_refused(pg_url: str, mode: str, edit: str) -> None:
+    """The checkpoint document is plaintext (SQL joins on it) but bound to the
+    sealed metadata: a checkpoint pointed at an older (genuine) version of a
+    channel, a channel dropped from it, or its parent changed does not read as
+    another state."""
+    config = {"configurable": {"thread_id": "enc-doc"}}
+    with open_saver(pg_url, mode, keys()) as saver:
+        graph = chat_graph(Counter()).compile(checkpointer=saver)
+        graph.invoke({"messages": [HumanMessage(content="one", id="h1")]}, config)
+        first = saver.get_tuple(config)
+        graph.invoke({"messages": [HumanMessage(content="two", id="h2")]}, config)
+        latest = saver.get_tuple(config).checkpoint["id"]
+    change = {
+        "older version": (
+            "checkpoint = jsonb_set(checkpoint, '{channel_versions,messages}', to_jsonb(%(v)s::text))"
+        ),
+        "channel dropped": "checkpoint = checkpoint #- '{channel_versions,messages}'",
+        "parent moved": "parent_checkpoint_id = %(parent)s",
+    }[edit]
+    with psycopg.connect(pg_url) as conn:
+        conn.execute(
+            f"UPDATE colosseum_checkpoints SET {change} "
+            "WHERE thread_id = 'enc-doc' AND checkpoint_id = %(id)s",
+            {
+                "v": first.checkpoint["channel_versions"]["messages"],
+                "parent": first.checkpoint["id"],
+                "id": latest,
+            },
+        )
+    _refused(pg_url, mode, "enc-doc", keys(), "tag")
