@@ -18,6 +18,8 @@ Invariants (tests/integration/test_encryption.py):
   damaged ciphertext are `RowSealError`, which readers report as
   `CorruptRowError` naming the row; never data.
 * Several keys are live at once: new rows use `current`, any listed key opens.
+* A checkpoint's sealed metadata is bound to its plaintext document too
+  (channel versions, versions seen: `metadata_aad`).
 * Metadata (a checkpoint's, the registry's) stays a jsonb object: the keys
   SQL reads (LangGraph's own, `STRUCTURAL_METADATA`) and the ones the user
   lists as searchable are plain object keys; a checkpoint's whole metadata,
@@ -279,8 +281,29 @@ def frozen_aad(
     )
 
 
-def metadata_aad(thread_id: str, checkpoint_ns: str, checkpoint_id: str) -> bytes:
-    return orjson.dumps(["m", thread_id, checkpoint_ns, checkpoint_id])
+def metadata_aad(
+    thread_id: str,
+    checkpoint_ns: str,
+    checkpoint_id: str,
+    document: str,
+) -> bytes:
+    """A checkpoint's sealed metadata, bound to the checkpoint's plaintext
+    document too: its `channel_versions` and `versions_seen` (`document` is
+    its JSON text, as stored or as jsonb gives it back). A checkpoint pointed
+    at an older version of a channel, or without one, then fails the tag
+    rather than read as another state. (Not the parent column: a re-put of
+    the checkpoint keeps the first one's, see sql.PUT.)"""
+    try:
+        raw = orjson.loads(document)
+    except orjson.JSONDecodeError:
+        raise RowSealError("the checkpoint document is not JSON") from None
+    if type(raw) is not dict:
+        raise RowSealError("the checkpoint document is not an object")
+    # Sorted keys: jsonb gives an object's keys back in its own order.
+    plain = orjson.dumps(
+        [raw.get("channel_versions"), raw.get("versions_seen")], option=orjson.OPT_SORT_KEYS
+    )
+    return orjson.dumps(["m", thread_id, checkpoint_ns, checkpoint_id]) + plain
 
 
 def registry_aad(thread_id: str, part: str, key: str) -> bytes:

@@ -52,7 +52,9 @@ _TABLES: tuple[tuple[str, str, int, Callable[..., bytes], Callable[..., tuple]],
         sql.REKEY_SELECT_WRITES,
         sql.REKEY_UPDATE_WRITE,
         6,
-        lambda t, ns, cid, task, idx, ch, path, enc: write_aad(t, ns, cid, task, idx, path, ch, enc),
+        lambda t, ns, cid, task, idx, ch, path, enc: write_aad(
+            t, ns, cid, task, idx, path, ch, enc
+        ),
         lambda t, ns, cid, task, idx, ch, path: ((t, ns, ch), cid),
     ),
     (
@@ -161,11 +163,11 @@ def _reseal_row(
 
 
 def _reseal_metadata(codec: ValueCodec, row: tuple) -> Query:
-    thread_id, checkpoint_ns, checkpoint_id, text = row
+    thread_id, checkpoint_ns, checkpoint_id, text, document = row
     encryption = codec.encryption
     assert encryption is not None
-    aad = metadata_aad(thread_id, checkpoint_ns, checkpoint_id)
     try:
+        aad = metadata_aad(thread_id, checkpoint_ns, checkpoint_id, document)
         parsed = orjson.loads(text)
         full = text
         if type(parsed) is dict and SEALED_KEY in parsed:

@@ -1100,7 +1100,7 @@ WHERE thread_id = %(k0)s AND checkpoint_ns = %(k1)s AND checkpoint_id = %(k2)s
 REKEY_METADATA_OLD_KEY = "metadata #>> '{$sealed,k}' <> %(key_id)s"
 REKEY_METADATA_PLAINTEXT = "NOT metadata ? '$sealed'"
 REKEY_SELECT_METADATA = """
-SELECT thread_id, checkpoint_ns, checkpoint_id, metadata::text
+SELECT thread_id, checkpoint_ns, checkpoint_id, metadata::text, checkpoint::text
 FROM colosseum_checkpoints WHERE {where} LIMIT %(limit)s
 """
 REKEY_UPDATE_METADATA = """

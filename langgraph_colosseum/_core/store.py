@@ -510,7 +510,11 @@ class CheckpointStore:
                 continue
             aad = (write_aad if kind == "write" else frozen_aad)(
                 *(thread_id, checkpoint_ns, checkpoint_id),
-                *((task_id, idx, task_path, channel) if kind == "write" else (channel, idx, task_id)),
+                *(
+                    (task_id, idx, task_path, channel)
+                    if kind == "write"
+                    else (channel, idx, task_id)
+                ),
                 stored[0],
             )
             value = self._load(thread_id, checkpoint_ns, checkpoint_id, channel, *stored, aad=aad)
@@ -568,19 +572,23 @@ class CheckpointStore:
         metadata_text = self._json(
             full_metadata, Where(thread_id, checkpoint_ns, checkpoint_id, "<metadata>")
         )
+        parent_id = checkpoint_id_of(config, thread_id)
+        document = self._checkpoint_document(
+            checkpoint, Where(thread_id, checkpoint_ns, checkpoint_id, "<checkpoint>")
+        )
         if self.codec.encryption is not None:
             metadata_text = self.codec.seal_metadata(
-                full_metadata, metadata_text, metadata_aad(thread_id, checkpoint_ns, checkpoint_id)
+                full_metadata,
+                metadata_text,
+                metadata_aad(thread_id, checkpoint_ns, checkpoint_id, document),
             )
         params = {
             "thread_id": thread_id,
             "checkpoint_ns": checkpoint_ns,
             "checkpoint_id": checkpoint_id,
-            "parent_checkpoint_id": checkpoint_id_of(config, thread_id),
+            "parent_checkpoint_id": parent_id,
             "run_id": _text_or_none(full_metadata.get("run_id")),
-            "checkpoint": self._checkpoint_document(
-                checkpoint, Where(thread_id, checkpoint_ns, checkpoint_id, "<checkpoint>")
-            ),
+            "checkpoint": document,
             "metadata": metadata_text,
             "parents": _parents(metadata.get("parents")),
             "created": uuid6_time(checkpoint_id),
@@ -1025,7 +1033,9 @@ class CheckpointStore:
         for ns, cid, parent, run_id, document, metadata, created in checkpoints:
             try:
                 metadata = self.codec.reseal_metadata(
-                    metadata, metadata_aad(source, ns, cid), metadata_aad(target, ns, cid)
+                    metadata,
+                    metadata_aad(source, ns, cid, document),
+                    metadata_aad(target, ns, cid, document),
                 )
             except (RowSealError, CodecError) as exc:
                 raise corrupt_row((source, ns, None), cid, exc) from None
@@ -1403,12 +1413,13 @@ class CheckpointStore:
     ) -> CheckpointTuple:
         """A CheckpointTuple from a checkpoint row (checkpoint, metadata, writes),
         as the graph's state version sees it. `resume`: a run may continue from it."""
-        (thread_id, checkpoint_ns, checkpoint_id, parent_id, _, metadata_json,
+        (thread_id, checkpoint_ns, checkpoint_id, parent_id, checkpoint_json, metadata_json,
          w_task_ids, w_idxs, w_task_paths, w_channels, w_encodings, w_jsons, w_datas,
          w_types) = row[:_CHECKPOINT_WIDTH]  # fmt: skip
         try:
             metadata = self.codec.load_metadata(
-                metadata_json, metadata_aad(thread_id, checkpoint_ns, checkpoint_id)
+                metadata_json,
+                metadata_aad(thread_id, checkpoint_ns, checkpoint_id, checkpoint_json),
             )
         except Exception as exc:  # any parse or decode failure: the row is unreadable
             raise corrupt_row((thread_id, checkpoint_ns, None), checkpoint_id, exc) from exc

@@ -51,7 +51,8 @@ def test_a_sealed_json_value_opens_only_in_its_place() -> None:
 def test_metadata_keeps_plain_keys_checked_against_the_sealed_copy() -> None:
     values = codec(searchable_metadata=["user_id"])
     metadata = {"source": "loop", "step": 3, "user_id": "u1", "note": "secret", "parents": {}}
-    aad = metadata_aad("t", "", "c1")
+    document = '{"channel_versions": {"messages": "2"}, "versions_seen": {}}'
+    aad = metadata_aad("t", "", "c1", document)
     text = values.seal_metadata(metadata, values.encode(metadata)[1], aad)
     stored = orjson.loads(text)
     # The plaintext keys (and their recorded order), and the sealed whole.
@@ -59,7 +60,13 @@ def test_metadata_keeps_plain_keys_checked_against_the_sealed_copy() -> None:
     assert "secret" not in text
     assert values.load_metadata(text, aad) == metadata
     with pytest.raises(RowSealError, match="tag"):
-        values.load_metadata(text, metadata_aad("t", "", "c2"))  # another checkpoint's
+        values.load_metadata(text, metadata_aad("t", "", "c2", document))  # another's
+    with pytest.raises(RowSealError, match="tag"):  # its checkpoint pointed elsewhere
+        moved = document.replace('"2"', '"1"')
+        values.load_metadata(text, metadata_aad("t", "", "c1", moved))
+    # The document as jsonb gives it back (its keys in another order) still opens.
+    again = '{"versions_seen": {}, "channel_versions": {"messages": "2"}}'
+    assert values.load_metadata(text, metadata_aad("t", "", "c1", again)) == metadata
     altered = orjson.dumps({**stored, "step": 4}).decode()
     with pytest.raises(RowSealError, match="differs"):
         values.load_metadata(altered, aad)
