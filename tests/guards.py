@@ -43,6 +43,7 @@ RUNS = "tests/integration/test_runs.py"
 RUNS_STOPPED = "tests/integration/test_runs_stopped.py"
 ENCRYPTION_TESTS = "tests/integration/test_encryption_everywhere.py"
 STATE_VERSIONS = "tests/integration/test_state_versions.py"
+STATE_VERSIONS_REVIEW = "tests/integration/test_state_versions_review.py"
 
 
 @dataclass(frozen=True)
@@ -489,6 +490,17 @@ GUARDS: list[Guard] = [
         mutant="",
         tests=(
             f"{STATE_VERSIONS}::test_a_thread_another_migration_took_meanwhile_is_not_migrated_again",
+        ),
+    ),
+    Guard(
+        name="state migrate: its checkpoint's id is the one right after the head's",
+        file="langgraph_colosseum/_core/versions.py",
+        original=(
+            '    checkpoint["id"] = str(uuid.UUID(int=uuid.UUID(found.checkpoint["id"]).int + 1))\n'
+        ),
+        mutant="",
+        tests=(
+            f"{STATE_VERSIONS_REVIEW}::test_a_write_racing_state_migrate_stays_the_head[postgres]",
         ),
     ),
 ]

@@ -33,6 +33,7 @@ import binascii
 import dataclasses
 import logging
 import threading
+import uuid
 from collections import OrderedDict
 from collections.abc import Callable, Mapping
 from typing import Any
@@ -430,6 +431,11 @@ def migrate_head(store: Any, thread_id: str) -> Any:
         return PENDING
     step = (found.metadata or {}).get("step", -1) + 1
     checkpoint = create_checkpoint(found.checkpoint, None, step)
+    # The id right after the head's, not a new one: a worker that read the same
+    # head and chose its next checkpoint's id before this one, committing after
+    # it, still makes the head (the thread's latest id). A fresh id would win
+    # instead, and the worker's step would be lost from the thread.
+    checkpoint["id"] = str(uuid.UUID(int=uuid.UUID(found.checkpoint["id"]).int + 1))
     metadata = {
         "source": MIGRATION_SOURCE,
         "step": step,

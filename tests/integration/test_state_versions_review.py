@@ -1,18 +1,22 @@
 """State versions (issue 16), as a user would break them: a migration that reads
-more than one channel, continued from two checkpoints of one thread, and the
-classes LangGraph's own serializer revives, which must still round-trip."""
+more than one channel, continued from two checkpoints of one thread; the
+classes LangGraph's own serializer revives, which must still round-trip; and a
+worker's last put racing `state migrate` on the same thread."""
 
 from __future__ import annotations
 
 import uuid
 from typing import Any, TypedDict
 
+import pytest
 from langchain_core.documents import Document
 from langgraph.checkpoint.memory import InMemorySaver
 from langgraph.graph import START, StateGraph
 from langgraph.store.base import GetOp
 
 from langgraph_colosseum import ColosseumSaver
+from tests.conftest import truncate
+from tests.integration.test_state_versions import CountV1, CountV2, count, rename_query
 
 
 class Priced(TypedDict, total=False):
@@ -85,3 +89,44 @@ def test_classes_langgraph_revives_are_stored_as_before(saver: ColosseumSaver) -
 
     for value in values:
         assert final(saver, value) == final(InMemorySaver(), value)
+
+
+@pytest.mark.parametrize("hot", [False, True], ids=["postgres", "redis"])
+def test_a_write_racing_state_migrate_stays_the_head(pg_url: str, hot: bool) -> None:
+    """A worker (not under run_guard) continues an old thread (durability="exit": one put, at the end);
+    its put was made (its checkpoint id chosen) just before `state migrate` took
+    the thread and commits just after. The head is the worker's update, not the
+    migration of what the worker had read: no step is lost."""
+    from langgraph_colosseum._core import sql as store_sql
+    from langgraph_colosseum._core.io import Transaction
+    from tests.integration.test_guards import Once, worker
+
+    truncate(pg_url)
+    thread_id = "raced-by-a-worker"
+    config = {"configurable": {"thread_id": thread_id}}
+    with worker(pg_url, hot=hot) as one, worker(pg_url, hot=hot) as two:
+        v1 = StateGraph(CountV1)
+        v1.add_node("count", count)
+        v1.add_edge(START, "count")
+        v1.compile(checkpointer=one).invoke({"query": "q", "n": 0}, config)
+
+        v2 = StateGraph(CountV2)
+        v2.add_node("count", count)
+        v2.add_edge(START, "count")
+        graph = one.versioned(v2.compile(), 2, {1: rename_query})
+
+        def the_migration() -> None:
+            outcome = two.migrate_state(2, {1: rename_query}, thread_ids=[thread_id])
+            assert outcome["migrated"] == 1, outcome
+
+        graph.checkpointer.before = hook = Once(
+            lambda r: (
+                isinstance(r, Transaction)
+                and any(getattr(q, "sql", None) is store_sql.PUT for q in r.queries)
+            ),
+            the_migration,
+        )
+        graph.invoke({"n": 100}, config, durability="exit")
+        assert hook.fired
+        reader = two.versioned(v2.compile(), 2, {1: rename_query})
+        assert reader.get_state(config).values == {"n": 101, "queries": ["q"]}
