@@ -156,6 +156,14 @@ def test_state_migrate_beside_live_workers_killed_and_rerun(
         )
         for i in range(4)
     ]
+    # A barrier, not a head start: the migration begins once every worker has
+    # written a thread, so each of them writes while it runs (under load a
+    # worker's start-up can outlast the whole migration).
+    for worker in workers:
+        assert worker.stdout is not None
+        assert worker.stdout.readline() == "writing\n", (
+            worker.stderr and worker.stderr.read()[-3000:]
+        )
     migrate = [
         str(Path(sys.executable).parent / "colosseum"), "--dsn", fresh_url, "--redis-url",
         redis_url(), "--types", "tests.integration.versioned_app:Profile", "state", "migrate",

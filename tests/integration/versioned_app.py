@@ -248,6 +248,8 @@ def main(command: str, pg_url: str, redis_url: str, prefix: str, arg: str = "") 
                 config = {"configurable": {"thread_id": f"w-{os.getpid()}-{done}"}}
                 graph.invoke(v2_input(f"w{done}"), config)
                 done += 1
+                if done == 1:  # the test starts the migration once every worker writes
+                    print("writing", flush=True)
                 time.sleep(0.2)  # a steady stream, leaving the (small) machine to the migration too
             out["threads"] = done
             if checked := os.environ.get("APP_CHECK_THREADS"):  # one worker, after the migration
