@@ -130,3 +130,38 @@ def test_a_write_racing_state_migrate_stays_the_head(pg_url: str, hot: bool) -> 
         assert hook.fired
         reader = two.versioned(v2.compile(), 2, {1: rename_query})
         assert reader.get_state(config).values == {"n": 101, "queries": ["q"]}
+
+
+def cents(values: dict) -> None:
+    """Version 2 keeps prices in cents (a change no value's form shows)."""
+    if "price" in values:
+        values["price"] = values["price"] * 100
+
+
+class PricedCount(TypedDict, total=False):
+    price: int
+    n: int
+
+
+def test_a_fork_keeps_the_state_version_of_its_checkpoint(saver: ColosseumSaver) -> None:
+    """`Inspector.fork` (colosseum fork, the inspector's fork button) of a thread
+    version-2 code wrote is at version 2: it reads as its source does, and is
+    not migrated a second time."""
+    from langgraph_colosseum.inspection import Inspector
+
+    builder = StateGraph(PricedCount)
+    builder.add_node("count", count)
+    builder.add_edge(START, "count")
+    config = {"configurable": {"thread_id": f"cents-{uuid.uuid4().hex[:8]}"}}
+    builder.compile(checkpointer=saver).invoke({"price": 5, "n": 0}, config)
+    v2 = saver.versioned(builder.compile(), 2, {1: cents})
+    v2.invoke({"n": 10}, config)  # written at version 2
+    source = v2.get_state(config)
+    assert source.values == {"price": 500, "n": 11}
+
+    forked = Inspector(saver).fork(
+        config["configurable"]["thread_id"], source.config["configurable"]["checkpoint_id"]
+    )
+    fork = v2.get_state({"configurable": {"thread_id": forked}})
+    assert fork.values == source.values
+    assert fork.metadata["state_version"] == 2
