@@ -35,6 +35,7 @@ from langgraph_colosseum._core import inspection as ops
 from langgraph_colosseum._core import ledger
 from langgraph_colosseum._core import threads as thread_ops
 from langgraph_colosseum._core.store import checkpoint_config
+from langgraph_colosseum._core.versions import STATE_VERSION_KEY
 from langgraph_colosseum.errors import InvalidConfigError, NotFoundError, UnsupportedValueError
 
 if TYPE_CHECKING:
@@ -302,12 +303,12 @@ class Inspector:
         self.saver.copy_thread(thread_id, target)
         fork_point = checkpoint_config(target, "", found.checkpoint["id"])
         step = found.metadata.get("step", -1)
-        self.saver.put(
-            fork_point,
-            create_checkpoint(found.checkpoint, None, step),
-            {"source": "fork", "step": step + 1, "parents": {}},
-            {},
-        )
+        metadata: dict[str, Any] = {"source": "fork", "step": step + 1, "parents": {}}
+        if STATE_VERSION_KEY in found.metadata:
+            # Its values are those of that state version: without it the fork
+            # would read as version 1 and be migrated once more.
+            metadata[STATE_VERSION_KEY] = found.metadata[STATE_VERSION_KEY]
+        self.saver.put(fork_point, create_checkpoint(found.checkpoint, None, step), metadata, {})
         return target
 
     # ------------------------------------------------------------ export / import
