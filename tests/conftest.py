@@ -16,6 +16,7 @@ a PgBouncer in transaction mode (`pgbouncer=True`) override them with
 
 from __future__ import annotations
 
+import contextlib
 import functools
 import os
 import uuid
@@ -30,6 +31,7 @@ from psycopg import conninfo
 from langgraph_colosseum import AsyncColosseumSaver, ColosseumSaver
 from tests.integration.pgbouncer import PgBouncer
 from tests.integration.redis_servers import RedisCluster
+from tests.integration.store_support import fresh_database
 from tests.integration.tls_servers import TlsServers
 
 # Property tests check values, never time: hypothesis' default 200 ms deadline per
@@ -170,21 +172,20 @@ def recreated_database() -> Iterator[Callable[[], str]]:
         admin.execute(f'DROP DATABASE IF EXISTS "{name}" WITH (FORCE)')
 
 
+@contextlib.contextmanager
+def migrated_database(prefix: str) -> Iterator[str]:
+    """A fresh database of the caller's own on the test server, set up; dropped after."""
+    with fresh_database(server_url(), prefix) as url:
+        with ColosseumSaver.from_conn_string(url, pool_size=2) as saver:
+            saver.setup()
+        yield url
+
+
 @pytest.fixture(scope="session")
 def pg_url() -> Iterator[str]:
     """A fresh, migrated database for this test session."""
-    admin_url = server_url()
-    name = f"colosseum_test_{uuid.uuid4().hex[:12]}"
-    with psycopg.connect(admin_url, autocommit=True) as admin:
-        admin.execute(f'CREATE DATABASE "{name}"')
-    url = conninfo.make_conninfo(admin_url, dbname=name)
-    with ColosseumSaver.from_conn_string(url, pool_size=2) as saver:
-        saver.setup()
-    try:
+    with migrated_database("colosseum_test") as url:
         yield url
-    finally:
-        with psycopg.connect(admin_url, autocommit=True) as admin:
-            admin.execute(f'DROP DATABASE IF EXISTS "{name}" WITH (FORCE)')
 
 
 def truncate(url: str) -> None:

@@ -83,8 +83,9 @@ def private_embedded_postgres() -> Iterator[str]:
 
 
 @contextmanager
-def fresh_database(admin_url: str) -> Iterator[str]:
-    name = f"colosseum_store_{uuid.uuid4().hex[:12]}"
+def fresh_database(admin_url: str, prefix: str = "colosseum_store") -> Iterator[str]:
+    """An empty database of the caller's own on `admin_url`'s server, dropped after."""
+    name = f"{prefix}_{uuid.uuid4().hex[:12]}"
     with psycopg.connect(admin_url, autocommit=True) as admin:
         admin.execute(f'CREATE DATABASE "{name}"')
     try:

@@ -18,12 +18,11 @@ import psycopg
 import pytest
 from langgraph.graph import START, StateGraph
 from langgraph.types import Send, interrupt
-from psycopg import conninfo
 
 from langgraph_colosseum import AsyncColosseumSaver, ColosseumSaver, Migration
 from langgraph_colosseum._core import threads as threads_sql
 from langgraph_colosseum._core.io import Query
-from tests.conftest import flush_cache, redis_url, server_url, truncate
+from tests.conftest import flush_cache, migrated_database, redis_url, truncate
 
 ROOT = Path(__file__).resolve().parents[2]
 # This process runs the application's version 1 (APP_STATE_VERSION unset).
@@ -38,18 +37,8 @@ def v1_saver(url: str, prefix: str) -> Any:
 @pytest.fixture
 def fresh_url() -> Iterator[str]:
     """A database of this test's own, set up."""
-    admin_url = server_url()
-    name = f"colosseum_versions_{uuid.uuid4().hex[:10]}"
-    with psycopg.connect(admin_url, autocommit=True) as admin:
-        admin.execute(f'CREATE DATABASE "{name}"')
-    url = conninfo.make_conninfo(admin_url, dbname=name)
-    with ColosseumSaver.from_conn_string(url, pool_size=1) as saver:
-        saver.setup()
-    try:
+    with migrated_database("colosseum_versions") as url:
         yield url
-    finally:
-        with psycopg.connect(admin_url, autocommit=True) as admin:
-            admin.execute(f'DROP DATABASE IF EXISTS "{name}" WITH (FORCE)')
 
 
 @pytest.fixture
