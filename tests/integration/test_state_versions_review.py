@@ -165,3 +165,45 @@ def test_a_fork_keeps_the_state_version_of_its_checkpoint(saver: ColosseumSaver)
     fork = v2.get_state({"configurable": {"thread_id": forked}})
     assert fork.values == source.values
     assert fork.metadata["state_version"] == 2
+
+
+class Answer(TypedDict, total=False):
+    answer: str
+
+
+def test_a_subgraph_interrupted_in_a_node_the_new_code_lacks_says_so(
+    saver: ColosseumSaver,
+) -> None:
+    """A thread stopped at an `interrupt()` inside a subgraph's node that version 2
+    renamed: with the mapping the answer reaches the new node; without it the
+    resume raises OrphanedTasksError (it returned {} and the answer was lost)."""
+    from langgraph.types import Command, interrupt
+
+    from langgraph_colosseum import Migration
+    from langgraph_colosseum.errors import OrphanedTasksError
+
+    def ask(state: dict) -> dict:
+        return {"answer": "got " + interrupt("ok?")}
+
+    def parent(node: str) -> Any:
+        inner = StateGraph(Answer)
+        inner.add_node(node, ask)
+        inner.add_edge(START, node)
+        outer = StateGraph(Answer)
+        outer.add_node("sub", inner.compile())
+        outer.add_edge(START, "sub")
+        return outer.compile()
+
+    for migration, expected in (
+        (Migration(nodes={"ask": "ask_again"}), {"answer": "got yes"}),
+        (Migration(), OrphanedTasksError),
+    ):
+        config = {"configurable": {"thread_id": f"sub-ask-{uuid.uuid4().hex[:8]}"}}
+        v1 = parent("ask").copy(update={"checkpointer": saver})
+        v1.invoke({}, config)
+        v2 = saver.versioned(parent("ask_again"), 2, {1: migration})
+        if expected is OrphanedTasksError:
+            with pytest.raises(OrphanedTasksError, match="node 'ask'"):
+                v2.invoke(Command(resume="yes"), config)
+        else:
+            assert v2.invoke(Command(resume="yes"), config) == expected
