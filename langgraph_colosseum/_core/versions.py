@@ -114,9 +114,11 @@ class StateVersions:
             n: m if isinstance(m, Migration) else Migration(values=m)
             for n, m in sorted(migrations.items())
         }
-        # The graph's nodes and what triggers each (set by `saver.versioned`):
-        # the new task ids of renamed nodes are computed from them.
+        # The graph's nodes and what triggers each (set by `saver.versioned`),
+        # and its subgraphs' by namespace without task ids ("sub", "sub|inner"):
+        # orphaned tasks are found, and renamed nodes' new task ids computed, from them.
         self.node_triggers: dict[str, tuple[str, ...]] | None = None
+        self.subgraph_triggers: dict[str, dict[str, tuple[str, ...]]] = {}
         self._suffix = f"~v{version}"
         self._written: OrderedDict[tuple[str, str, str, str], None] = OrderedDict()
         self._lock = threading.Lock()
@@ -125,10 +127,21 @@ class StateVersions:
     def for_graph(self, graph: Any) -> StateVersions:
         """A copy that knows `graph`'s nodes (a compiled LangGraph graph)."""
         bound = StateVersions(self.version, self.migrations)
-        bound.node_triggers = {
-            name: tuple(sorted(node.triggers)) for name, node in graph.nodes.items()
+        bound.node_triggers = _triggers_of(graph)
+        bound.subgraph_triggers = {
+            namespace: _triggers_of(subgraph)
+            for namespace, subgraph in graph.get_subgraphs(recurse=True)
+            if hasattr(subgraph, "nodes")
         }
         return bound
+
+    def _nodes_at(self, checkpoint_ns: str) -> dict[str, tuple[str, ...]] | None:
+        """The nodes of the graph a checkpoint of `checkpoint_ns` belongs to (None:
+        not known, as a subgraph called from inside a node's function)."""
+        if not checkpoint_ns:
+            return self.node_triggers
+        key = "|".join(part.split(":")[0] for part in checkpoint_ns.split("|"))
+        return self.subgraph_triggers.get(key)
 
     # ------------------------------------------------------------ writes
 
@@ -324,10 +337,10 @@ class StateVersions:
     ) -> list:
         """Pending writes under the task ids LangGraph computes for the new nodes;
         `OrphanedTasksError` (on resume) for tasks of nodes that are gone."""
-        graph = self.node_triggers
         configurable = found.config["configurable"]
         checkpoint_ns = configurable.get("checkpoint_ns", "")
-        if graph is None or checkpoint_ns:  # task ids of subgraphs are not recomputed
+        graph = self._nodes_at(checkpoint_ns)
+        if graph is None:
             return writes
         step = (found.metadata or {}).get("step", -1) + 1
         sends = checkpoint["channel_values"].get(_TASKS) or []
@@ -352,7 +365,10 @@ class StateVersions:
                 orphans[task_id] = (node, [])
                 continue
             if name != node:
-                new_ids[task_id] = (self._task_id(checkpoint, name, step, kind, idx), name)
+                new_ids[task_id] = (
+                    _task_id(checkpoint, checkpoint_ns, graph, name, step, kind, idx),
+                    name,
+                )
         for task_id, channel, _ in writes:
             if task_id in orphans:
                 orphans[task_id][1].append(channel)
@@ -390,20 +406,6 @@ class StateVersions:
             if renamed is not None:
                 out.append((task_id, renamed, value))
         return out
-
-    def _task_id(
-        self, checkpoint: Mapping[str, Any], node: str, step: int, kind: str, idx: int | None
-    ) -> str:
-        """The id LangGraph gives the task of `node` at `step` of this checkpoint
-        (langgraph.pregel._algo.prepare_single_task, root namespace)."""
-        from langgraph.pregel._algo import _uuid5_str, _xxhash_str
-
-        task_id_func = _xxhash_str if checkpoint["v"] > 1 else _uuid5_str
-        id_bytes = binascii.unhexlify(checkpoint["id"].replace("-", ""))
-        assert self.node_triggers is not None
-        if kind == _PUSH:
-            return task_id_func(id_bytes, node, str(step), node, _PUSH, str(idx))
-        return task_id_func(id_bytes, node, str(step), node, _PULL, *self.node_triggers[node])
 
 
 MIGRATED, ALREADY, PENDING = "migrated", "already", "pending"
@@ -444,6 +446,31 @@ def migrate_head(store: Any, thread_id: str) -> Any:
     }
     yield from store.put(found.config, checkpoint, metadata, {})
     return MIGRATED
+
+
+def _triggers_of(graph: Any) -> dict[str, tuple[str, ...]]:
+    return {name: tuple(sorted(node.triggers)) for name, node in graph.nodes.items()}
+
+
+def _task_id(
+    checkpoint: Mapping[str, Any],
+    checkpoint_ns: str,
+    graph: Mapping[str, tuple[str, ...]],
+    node: str,
+    step: int,
+    kind: str | None,
+    idx: int | None,
+) -> str:
+    """The id LangGraph gives the task of `node` at `step` of this checkpoint of
+    `checkpoint_ns` (langgraph.pregel._algo.prepare_single_task)."""
+    from langgraph.pregel._algo import _uuid5_str, _xxhash_str
+
+    task_id_func = _xxhash_str if checkpoint["v"] > 1 else _uuid5_str
+    id_bytes = binascii.unhexlify(checkpoint["id"].replace("-", ""))
+    task_ns = f"{checkpoint_ns}|{node}" if checkpoint_ns else node
+    if kind == _PUSH:
+        return task_id_func(id_bytes, task_ns, str(step), node, _PUSH, str(idx))
+    return task_id_func(id_bytes, task_ns, str(step), node, _PULL, *graph[node])
 
 
 def _renamed_channel(channel: str, renames: Mapping[str, str | None]) -> str | None:
