@@ -495,9 +495,7 @@ GUARDS: list[Guard] = [
     Guard(
         name="state migrate: its checkpoint's id is the one right after the head's",
         file="langgraph_colosseum/_core/versions.py",
-        original=(
-            '    checkpoint["id"] = str(uuid.UUID(int=uuid.UUID(found.checkpoint["id"]).int + 1))\n'
-        ),
+        original=('    checkpoint["id"] = _id_after(found.checkpoint["id"]) or checkpoint["id"]\n'),
         mutant="",
         tests=(
             f"{STATE_VERSIONS_REVIEW}::test_a_write_racing_state_migrate_stays_the_head[postgres]",

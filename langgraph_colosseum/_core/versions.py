@@ -437,7 +437,7 @@ def migrate_head(store: Any, thread_id: str) -> Any:
     # head and chose its next checkpoint's id before this one, committing after
     # it, still makes the head (the thread's latest id). A fresh id would win
     # instead, and the worker's step would be lost from the thread.
-    checkpoint["id"] = str(uuid.UUID(int=uuid.UUID(found.checkpoint["id"]).int + 1))
+    checkpoint["id"] = _id_after(found.checkpoint["id"]) or checkpoint["id"]
     metadata = {
         "source": MIGRATION_SOURCE,
         "step": step,
@@ -446,6 +446,16 @@ def migrate_head(store: Any, thread_id: str) -> Any:
     }
     yield from store.put(found.config, checkpoint, metadata, {})
     return MIGRATED
+
+
+def _id_after(checkpoint_id: str) -> str | None:
+    """The uuid right after `checkpoint_id` (which sorts right after it as text);
+    None for an id that is not a lowercase uuid (one written by other means)."""
+    try:
+        after = str(uuid.UUID(int=uuid.UUID(checkpoint_id).int + 1))
+    except (ValueError, TypeError):
+        return None
+    return after if after > checkpoint_id and len(after) == len(checkpoint_id) else None
 
 
 def _triggers_of(graph: Any) -> dict[str, tuple[str, ...]]:

@@ -43,3 +43,13 @@ def test_node_renames_reach_the_edges_named_after_nodes() -> None:
     assert _task_of("~__pregel_push, 0000000002") == ("__pregel_push", None, 2)
     assert _task_of("~__pregel_push, 0000000002, 0000000000") == ("__pregel_push", None, 2)
     assert _task_of("") == (None, None, None)
+
+
+def test_a_migration_checkpoint_id_is_the_one_right_after_the_head() -> None:
+    from langgraph_colosseum._core.versions import _id_after
+
+    head = "1f1ed26a-b4b6-64ce-8000-3ed2084378ff"
+    assert _id_after(head) == "1f1ed26a-b4b6-64ce-8000-3ed208437900" > head
+    # An id of another form (written by other means): a fresh id is used instead.
+    assert _id_after("checkpoint-1") is None
+    assert _id_after("ffffffff-ffff-ffff-ffff-ffffffffffff") is None
