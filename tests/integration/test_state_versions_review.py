@@ -207,3 +207,20 @@ def test_a_subgraph_interrupted_in_a_node_the_new_code_lacks_says_so(
                 v2.invoke(Command(resume="yes"), config)
         else:
             assert v2.invoke(Command(resume="yes"), config) == expected
+
+
+def test_a_metadata_state_version_that_is_no_integer_counts_as_version_1(
+    saver: ColosseumSaver,
+) -> None:
+    """A thread whose metadata holds a `state_version` of the application's own
+    (a string: config metadata reaches every checkpoint) is at version 1, as
+    reads take it; `state versions` and `state migrate` do not fail on it."""
+    builder = StateGraph(CountV1)
+    builder.add_node("count", count)
+    builder.add_edge(START, "count")
+    thread_id = f"own-version-{uuid.uuid4().hex[:8]}"
+    config = {"configurable": {"thread_id": thread_id}, "metadata": {"state_version": "beta"}}
+    builder.compile(checkpointer=saver).invoke({"query": "q", "n": 0}, config)
+    assert saver.state_versions() == {1: 1}
+    assert saver.migrate_state(2, {1: rename_query})["migrated"] == 1
+    assert saver.state_versions() == {2: 1}
