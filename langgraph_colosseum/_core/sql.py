@@ -1151,9 +1151,12 @@ WHERE prefix = %(prefix)s AND key = %(key)s AND value::text = %(old)s
 
 # ------------------------------------------------------------ state versions
 # (see _core/versions.py): the state version of each thread is its root head's
-# metadata.state_version, 1 when it records none.
-
-_HEAD_STATE_VERSION = "coalesce((c.metadata ->> 'state_version')::int, 1)"
+# metadata.state_version, 1 when it records none or, as StateVersions.version_of
+# reads it, a value that is no positive integer (the application's own key, say).
+_HEAD_STATE_VERSION = """CASE
+  WHEN jsonb_typeof(c.metadata -> 'state_version') = 'number'
+   AND c.metadata ->> 'state_version' ~ '^[1-9][0-9]{0,8}$'
+  THEN (c.metadata ->> 'state_version')::int ELSE 1 END"""
 
 STATE_VERSION_COUNTS = f"""
 SELECT {_HEAD_STATE_VERSION} AS version, count(*)

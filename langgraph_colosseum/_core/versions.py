@@ -147,9 +147,11 @@ class StateVersions:
 
     @staticmethod
     def version_of(metadata: Mapping[str, Any] | None) -> int:
-        """The state version a checkpoint was written at (1 if it records none)."""
+        """The state version a checkpoint was written at (1 if it records none,
+        or something else than a version: the application's own key, say).
+        sql._HEAD_STATE_VERSION reads it the same way."""
         version = (metadata or {}).get(STATE_VERSION_KEY, 1)
-        return version if type(version) is int else 1
+        return version if type(version) is int and 1 <= version < 10**9 else 1
 
     def stamp(self, metadata: Mapping[str, Any]) -> dict[str, Any]:
         return {**metadata, STATE_VERSION_KEY: self.version}
