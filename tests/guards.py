@@ -41,6 +41,7 @@ HOT_TRUTH = "tests/integration/test_hot_truth.py"
 STORE_HOT = "tests/integration/test_store_hot.py"
 RUNS = "tests/integration/test_runs.py"
 RUNS_STOPPED = "tests/integration/test_runs_stopped.py"
+DELETED = "tests/integration/test_deleted_stays_deleted.py"
 ENCRYPTION_TESTS = "tests/integration/test_encryption_everywhere.py"
 STATE_VERSIONS = "tests/integration/test_state_versions.py"
 STATE_VERSIONS_REVIEW = "tests/integration/test_state_versions_review.py"
@@ -499,6 +500,25 @@ GUARDS: list[Guard] = [
         mutant="",
         tests=(
             f"{STATE_VERSIONS_REVIEW}::test_a_write_racing_state_migrate_stays_the_head[postgres]",
+        ),
+    ),
+    Guard(
+        name="delete_for_runs: a run's writes on a checkpoint not its own go",
+        file="langgraph_colosseum/_core/sql.py",
+        original='"DELETE FROM colosseum_writes WHERE run_id = ANY(%(run_ids)b::text[])",',
+        mutant="",
+        tests=(
+            f"{RUNS_STOPPED}::test_rollback_of_a_resuming_run_leaves_nothing_of_it",
+            f"{DELETED}::test_a_deleted_runs_writes_on_a_checkpoint_not_its_own_go_and_stay_gone",
+        ),
+    ),
+    Guard(
+        name="put_writes: a write of a deleted run is refused",
+        file="langgraph_colosseum/_core/sql.py",
+        original="{_DELETED.format(more=_DELETED_RUN)}\n{_FENCED}\nrefused AS (\n    SELECT 1 FROM deleted",
+        mutant='{_DELETED.format(more="")}\n{_FENCED}\nrefused AS (\n    SELECT 1 FROM deleted',
+        tests=(
+            f"{DELETED}::test_a_deleted_runs_writes_on_a_checkpoint_not_its_own_go_and_stay_gone",
         ),
     ),
 ]

@@ -242,6 +242,14 @@ MIGRATIONS: list[str] = [
     CREATE INDEX IF NOT EXISTS colosseum_runs_queue
         ON colosseum_runs (thread_id, seq) WHERE status = 'pending';
     """,
+    # 8: the run that wrote each pending write. A run that resumes a checkpoint
+    # writes its first step's writes (and its resume value) on that checkpoint,
+    # which is not its own: delete_for_runs finds them by this column.
+    """
+    ALTER TABLE colosseum_writes ADD COLUMN IF NOT EXISTS run_id text COLLATE "C";
+    CREATE INDEX IF NOT EXISTS colosseum_writes_run_id
+        ON colosseum_writes (run_id) WHERE run_id IS NOT NULL;
+    """,
 ]
 
 LATEST_VERSION = len(MIGRATIONS)

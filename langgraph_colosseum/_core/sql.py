@@ -438,13 +438,13 @@ SELECT ARRAY(SELECT channel FROM missing) AS missing_bases,
 # Regular writes are insert-if-absent (a retried task must not change what
 # was recorded); special channels (negative idx: errors, interrupts, resumes)
 # replace, as InMemorySaver does.
-PUT_WRITES = """
+PUT_WRITES = f"""
 WITH lineage AS (
     SELECT %(checkpoint_ns)s::text AS ns, %(checkpoint_id)s::text AS id
     UNION ALL SELECT key, value FROM jsonb_each_text(%(parents)s::jsonb)
 ),
-{deleted}
-{fenced}
+{_DELETED.format(more=_DELETED_RUN)}
+{_FENCED}
 refused AS (
     SELECT 1 FROM deleted UNION ALL SELECT 1 FROM fenced
 ),
@@ -465,9 +465,10 @@ status AS (
 inserted AS (
 INSERT INTO colosseum_writes
     (thread_id, checkpoint_ns, checkpoint_id, task_id, idx, task_path, channel,
-     encoding, value, value_bytes, value_type)
+     encoding, value, value_bytes, value_type, run_id)
 SELECT %(thread_id)s, %(checkpoint_ns)s, %(checkpoint_id)s, %(task_id)s, u.idx,
-       %(task_path)s, u.channel, u.encoding, u.value::jsonb, u.value_bytes, u.value_type
+       %(task_path)s, u.channel, u.encoding, u.value::jsonb, u.value_bytes, u.value_type,
+       %(run_id)s::text
 FROM unnest(%(idxs)b::int[], %(channels)b::text[], %(encodings)b::text[],
             %(jsons)b::text[], %(datas)b::bytea[], %(types)b::text[])
      AS u(idx, channel, encoding, value, value_bytes, value_type)
@@ -475,17 +476,13 @@ WHERE NOT EXISTS (SELECT 1 FROM refused)
 ON CONFLICT (thread_id, checkpoint_ns, checkpoint_id, task_id, idx)
 DO UPDATE SET channel = EXCLUDED.channel, task_path = EXCLUDED.task_path,
               encoding = EXCLUDED.encoding, value = EXCLUDED.value,
-              value_bytes = EXCLUDED.value_bytes, value_type = EXCLUDED.value_type
+              value_bytes = EXCLUDED.value_bytes, value_type = EXCLUDED.value_type,
+              run_id = EXCLUDED.run_id
 WHERE EXCLUDED.idx < 0
 )
 SELECT EXISTS (SELECT 1 FROM fenced), (SELECT checkpoint_id FROM deleted LIMIT 1),
-       {incarnation} AS incarnation, {stale_heads} AS stale_heads
-""".format(
-    deleted=_DELETED.format(more=""),
-    fenced=_FENCED,
-    incarnation=INCARNATION,
-    stale_heads=STALE_HEADS,
-)
+       {INCARNATION} AS incarnation, {STALE_HEADS} AS stale_heads
+"""
 
 # The writes a refused run stored for checkpoints that were never stored
 # (see _core/runs.py): deleted, and their checkpoints recorded as deleted.
@@ -772,7 +769,9 @@ WHERE p.run_id = ANY(%(run_ids)b::text[])
 """
 
 THREADS_OF_RUNS = """
-SELECT DISTINCT thread_id FROM colosseum_checkpoints WHERE run_id = ANY(%(run_ids)b::text[])
+SELECT thread_id FROM colosseum_checkpoints WHERE run_id = ANY(%(run_ids)b::text[])
+UNION
+SELECT thread_id FROM colosseum_writes WHERE run_id = ANY(%(run_ids)b::text[])
 """
 
 INSERT_DELTA_HISTORY = """
@@ -856,6 +855,9 @@ DELETE_RUNS = (
       AND w.thread_id = c.thread_id AND w.checkpoint_ns = c.checkpoint_ns
       AND w.checkpoint_id = c.checkpoint_id
     """,
+    # and the runs' writes on checkpoints not their own (a resumed one); a late
+    # one is refused by PUT_WRITES, the runs being recorded as deleted
+    "DELETE FROM colosseum_writes WHERE run_id = ANY(%(run_ids)b::text[])",
     """
     DELETE FROM colosseum_delta_histories h USING colosseum_checkpoints c
     WHERE c.run_id = ANY(%(run_ids)b::text[])

@@ -912,6 +912,9 @@ class CheckpointStore:
             "channels": [channel for channel, _ in by_idx.values()],
             "run_owner": owner,
             "run_token": token,
+            # the writing run, as its checkpoints record it (delete_for_runs
+            # deletes its writes wherever they are, and refuses its later ones)
+            "run_id": _run_id_of(config),
             # A subgraph's writes name the checkpoints of the enclosing namespaces.
             "parents": _parents((config.get("configurable") or {}).get("checkpoint_map")),
             "created": uuid6_time(checkpoint_id),
@@ -1746,6 +1749,16 @@ def _is_json_version(version: Any) -> bool:
 
 def _text_or_none(value: Any) -> str | None:
     return None if value is None else str(value)
+
+
+def _run_id_of(config: RunnableConfig) -> str | None:
+    """The run_id a put of `config` records in its metadata (the checkpoints'
+    run_id column): config metadata first, then configurable, as LangGraph's
+    get_checkpoint_metadata merges them."""
+    for source in (config.get("metadata"), config.get("configurable")):
+        if source and source.get("run_id") is not None:
+            return str(source["run_id"])
+    return None
 
 
 def _conditional_migration(number: int, migration: str) -> str:

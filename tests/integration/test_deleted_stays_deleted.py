@@ -310,6 +310,27 @@ def test_a_put_of_a_deleted_run_is_refused(saver: ColosseumSaver, pg_url: str) -
     assert saver.get_tuple(cfg(tid)) is not None
 
 
+def test_a_deleted_runs_writes_on_a_checkpoint_not_its_own_go_and_stay_gone(
+    saver: ColosseumSaver, pg_url: str
+) -> None:
+    """A run that resumes a checkpoint writes there, on a checkpoint it did not
+    make: delete_for_runs deletes those writes (not the checkpoint, nor others'
+    writes on it), and a write of the run that comes after is refused."""
+    tid = f"runw-{uuid.uuid4().hex[:8]}"
+    run_id = str(uuid.uuid4())
+    stored = saver.put(cfg(tid), empty_checkpoint(), {"source": "input", "step": -1}, {})
+    saver.put_writes(stored, [("x", "others")], "task-0")
+    of_the_run = {**stored, "metadata": {"run_id": run_id}}
+    saver.put_writes(of_the_run, [("x", SECRET), ("__resume__", SECRET)], "task-1")
+    saver.delete_for_runs([run_id])
+    got = saver.get_tuple(stored)
+    assert got is not None and got.pending_writes == [("task-0", "x", "others")]
+    with pytest.raises(CheckpointDeletedError):
+        saver.put_writes(of_the_run, [("x", SECRET)], "task-2")
+    assert secret_in_postgres(pg_url) == []
+    assert saver.get_tuple(stored).pending_writes == [("task-0", "x", "others")]
+
+
 def test_a_parent_never_stored_is_not_a_deleted_one(saver: ColosseumSaver) -> None:
     """A put may name a parent this saver never stored (the conformance suite does)."""
     tid = f"orphan-{uuid.uuid4().hex[:8]}"

@@ -267,13 +267,6 @@ def asking_graph(saver: Any, entered: threading.Event, release: threading.Event)
     return builder.compile(checkpointer=saver)
 
 
-# Strict: this test reproduces a defect not fixed yet; it fails the suite once fixed,
-# so that the mark goes and the README's gap with it.
-@pytest.mark.xfail(
-    strict=True,
-    raises=AssertionError,
-    reason="known gap (README, double-texting): a resuming run's writes sit on the checkpoint it resumed, which delete_for_runs does not touch; fix: a run_id on colosseum_writes",
-)
 def test_rollback_of_a_resuming_run_leaves_nothing_of_it(pg_url: str) -> None:
     """A run that resumes an interrupt() writes its first step's writes (and the
     resume value) on the checkpoint it resumed from, which is not its own.
