@@ -445,6 +445,34 @@ class StateVersionError(ColosseumError):
         )
 
 
+class StateMigrationError(ColosseumError):
+    """A state migration raised (or returned no dict) while a checkpoint was read.
+
+    `task_id` is None when it ran on the checkpoint's values, else the pending
+    task whose writes (only the keys that task wrote) it ran on. The migration's
+    own exception is the cause.
+    """
+
+    def __init__(
+        self, *, thread_id: str, checkpoint_id: str, number: int, task_id: str | None,
+        problem: str,
+    ) -> None:  # fmt: skip
+        self.thread_id = thread_id
+        self.checkpoint_id = checkpoint_id
+        self.number = number
+        self.task_id = task_id
+        on = (
+            "the checkpoint's values"
+            if task_id is None
+            else f"the pending writes of task {task_id} (the keys that task wrote, no others: "
+            "a migration must change only the keys present)"
+        )
+        super().__init__(
+            f"state migration {number} (version {number} -> {number + 1}) failed reading "
+            f"checkpoint {checkpoint_id!r} of thread {thread_id!r}, on {on}: {problem}"
+        )
+
+
 class OrphanedTasksError(ColosseumError):
     """A migrated thread has pending tasks of nodes the graph no longer has."""
 

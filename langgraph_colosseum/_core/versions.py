@@ -31,6 +31,7 @@ from __future__ import annotations
 
 import binascii
 import dataclasses
+import functools
 import logging
 import threading
 import uuid
@@ -41,7 +42,11 @@ from typing import Any
 from langgraph.checkpoint.base import CheckpointTuple
 
 from langgraph_colosseum._core.values import fresh_copy
-from langgraph_colosseum.errors import OrphanedTasksError, StateVersionError
+from langgraph_colosseum.errors import (
+    OrphanedTasksError,
+    StateMigrationError,
+    StateVersionError,
+)
 
 logger = logging.getLogger("langgraph_colosseum")
 
@@ -223,10 +228,17 @@ class StateVersions:
         state = {k: fresh_copy(v) for k, v in checkpoint["channel_values"].items()}
         writes = [(t, ch, fresh_copy(v)) for t, ch, v in found.pending_writes or ()]
         renames: dict[str, str | None] = {}
+        configurable = found.config["configurable"]
         for number in range(stored, self.version):
             migration = self.migrations[number]
-            state = self._migrate_values(number, migration, state)
-            writes = self._migrate_writes(number, migration, writes)
+            failed = functools.partial(
+                StateMigrationError,
+                thread_id=configurable["thread_id"],
+                checkpoint_id=configurable["checkpoint_id"],
+                number=number,
+            )
+            state = self._migrate_values(migration, state, failed)
+            writes = self._migrate_writes(migration, writes, failed)
             for old, new in migration.nodes.items():
                 for start, now in list(renames.items()):
                     if now == old:
@@ -281,20 +293,37 @@ class StateVersions:
         writes = self._follow_renamed_nodes(found, migrated, writes, paths, renames, resume)
         return found._replace(checkpoint=migrated, pending_writes=writes)
 
-    def _migrate_values(self, number: int, migration: Migration, state: dict) -> dict:
+    def _migrate_values(
+        self,
+        migration: Migration,
+        state: dict,
+        failed: Callable[..., StateMigrationError],
+        task_id: str | None = None,
+    ) -> dict:
+        """`state` through `migration.values`; `failed` makes the error naming
+        the thread, checkpoint, migration and `task_id` (None: the values)."""
         if migration.values is None:
             return state
         user = {k: v for k, v in state.items() if is_state_channel(k)}
-        result = migration.values(user)
+        try:
+            result = migration.values(user)
+        except Exception as exc:
+            raise failed(task_id=task_id, problem=f"{type(exc).__name__}: {exc}") from exc
         result = user if result is None else result
         if not isinstance(result, dict):
-            raise TypeError(
-                f"state migration {number} (version {number} -> {number + 1}) returned a "
-                f"{type(result).__name__}; it must return the dict of channel values (or None)"
+            raise failed(
+                task_id=task_id,
+                problem=f"it returned a {type(result).__name__}; it must return the dict of "
+                "channel values (or None)",
             )
         return {**{k: v for k, v in state.items() if not is_state_channel(k)}, **result}
 
-    def _migrate_writes(self, number: int, migration: Migration, writes: list) -> list:
+    def _migrate_writes(
+        self,
+        migration: Migration,
+        writes: list,
+        failed: Callable[..., StateMigrationError],
+    ) -> list:
         """Each task's state writes migrated together (as the partial state the
         task returned), LangGraph's own writes as they are; interrupts mapped."""
         out: list[tuple[str, str, Any]] = []
@@ -315,7 +344,7 @@ class StateVersions:
                     else [{c: v} for c, v in group]
                 )
                 for part in parts:
-                    migrated = self._migrate_values(number, migration, part)
+                    migrated = self._migrate_values(migration, part, failed, task_id)
                     out.extend((task_id, c, v) for c, v in migrated.items())
                 continue
             if channel == _INTERRUPT and migration.interrupts is not None:

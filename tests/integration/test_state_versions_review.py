@@ -224,3 +224,36 @@ def test_a_metadata_state_version_that_is_no_integer_counts_as_version_1(
     assert saver.state_versions() == {1: 1}
     assert saver.migrate_state(2, {1: rename_query})["migrated"] == 1
     assert saver.state_versions() == {2: 1}
+
+
+def test_a_failing_migration_names_the_thread_checkpoint_migration_and_task(
+    saver: ColosseumSaver,
+) -> None:
+    """A migration written for whole states fails on a task's writes alone (they
+    hold only the keys the task wrote). The error names the thread, the
+    checkpoint, the migration and the task, and keeps the cause."""
+    from langgraph_colosseum.errors import StateMigrationError
+
+    def fail(state: dict) -> dict:
+        raise RuntimeError("b fails")
+
+    builder = StateGraph(CountV1)
+    builder.add_node("count", count)
+    builder.add_node("fail", fail)
+    builder.add_edge(START, "count")
+    builder.add_edge(START, "fail")
+    thread_id = f"partial-{uuid.uuid4().hex[:8]}"
+    config = {"configurable": {"thread_id": thread_id}}
+    with pytest.raises(RuntimeError):
+        builder.compile(checkpointer=saver).invoke({"query": "q", "n": 0}, config)
+
+    def whole_state_only(values: dict) -> None:
+        values["queries"] = [values.pop("query")]  # KeyError on count's writes ({"n": 1})
+
+    v2 = saver.versioned(builder.compile(), 2, {1: whole_state_only})
+    with pytest.raises(StateMigrationError) as raised:
+        v2.get_state(config)
+    message = str(raised.value)
+    assert thread_id in message and "migration 1" in message and "task" in message
+    assert "only the keys present" in message
+    assert isinstance(raised.value.__cause__, KeyError)
