@@ -425,8 +425,9 @@ class ClassChangedError(CodecError):
 
     The message names the class, the fields missing from the stored value
     (without a default) or stored but unknown to the class, and the value path.
-    Give the new field a default, or rename it in a state migration
-    (`saver.versioned`).
+    Give the new field a default; for a renamed field, name the rename in a
+    state migration: ``saver.versioned(graph, 2, {1: Migration(fields={Position:
+    {"ticker": "symbol"}})})``.
     """
 
 

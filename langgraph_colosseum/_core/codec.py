@@ -39,8 +39,9 @@ import enum
 import logging
 import math
 import uuid
-from collections.abc import Callable, Iterable
+from collections.abc import Callable, Iterable, Mapping
 from decimal import Decimal
+from types import MappingProxyType
 from typing import Any
 
 from langgraph_colosseum.errors import (
@@ -116,6 +117,10 @@ class TypeRegistry:
 
     # False in `matching()`'s view: data for comparing (``@>``, ``=``), not for storing.
     keep_order = True
+    # Stored field name -> name now, by class name, in `renaming()`'s view: read
+    # only where a stored value no longer fits its class, so it costs nothing
+    # on values that do.
+    field_renames: Mapping[str, Mapping[str, str]] = MappingProxyType({})
 
     def __init__(self, classes: Iterable[type] = ()) -> None:
         self._by_name: dict[str, type] = {}
@@ -129,6 +134,15 @@ class TypeRegistry:
         whatever order they recorded. Shares the allowlist."""
         view = copy.copy(self)
         view.keep_order = False
+        return view
+
+    def renaming(self, field_renames: Mapping[str, Mapping[str, str]]) -> TypeRegistry:
+        """A view of this registry that revives a stored field under its new name
+        (``{"app.Position": {"ticker": "symbol"}}``) where the stored value has the
+        old name and lacks the new one: a state migration's `fields`. Applied
+        before added and removed fields are fitted. Shares the allowlist."""
+        view = copy.copy(self)
+        view.field_renames = MappingProxyType({k: dict(v) for k, v in field_renames.items()})
         return view
 
     def register(self, cls: type) -> type:
@@ -491,8 +505,10 @@ def _decode_model(data: dict, registry: TypeRegistry) -> Any:
     # the model's declared order, so the model (and its dumps) is as it was.
     declared = cls.model_fields
     fields = {name: decoded.pop(name) for name in declared if name in decoded}
-    fields_set = set(data["set"]) if "set" in data else set(fields)
+    fields_set = set(data["set"]) if "set" in data else set(data["v"])
     if decoded or len(fields) != len(declared):  # the class changed since it was stored
+        renamed = _rename_fields(registry, data["cls"], fields, decoded, declared)
+        fields_set = {renamed.get(name, name) for name in fields_set}
         missing = [name for name in declared if name not in fields]
         _evolve(
             data["cls"],
@@ -532,6 +548,7 @@ def _decode_dataclass(data: dict, registry: TypeRegistry) -> Any:
     declared = {field.name: field for field in dataclasses.fields(cls)}
     fields = {name: decoded.pop(name) for name in declared if name in decoded}
     if decoded or len(fields) != len(declared):  # the class changed since it was stored
+        _rename_fields(registry, data["cls"], fields, decoded, declared)
         _evolve(
             data["cls"],
             fields,
@@ -573,6 +590,7 @@ def _decode_namedtuple(data: dict, registry: TypeRegistry) -> Any:
     if list(names) == list(declared):
         return cls(*items)
     fields = {name: stored.pop(name) for name in declared if name in stored}
+    _rename_fields(registry, data["cls"], fields, stored, declared)
     defaults = cls._field_defaults
     _evolve(
         data["cls"],
@@ -586,6 +604,28 @@ def _decode_namedtuple(data: dict, registry: TypeRegistry) -> Any:
 
 
 _DROPPED_LOGGED: set[str] = set()
+
+
+def _rename_fields(
+    registry: TypeRegistry,
+    name: str,
+    fields: dict[str, Any],
+    unknown: dict[str, Any],
+    declared: Iterable[str],
+) -> dict[str, str]:
+    """Move each stored field the class no longer has (in `unknown`) that the
+    registry's renames map to a declared field absent from `fields` into
+    `fields` under its new name. Returns what was renamed (old -> new)."""
+    renames = registry.field_renames.get(name)
+    if not renames:
+        return {}
+    done = {}
+    for old in list(unknown):
+        new = renames.get(old)
+        if new is not None and new not in fields and new in declared:
+            fields[new] = unknown.pop(old)
+            done[old] = new
+    return done
 
 
 def _evolve(
@@ -606,8 +646,9 @@ def _evolve(
             ClassChangedError,
             f"stored {name} cannot be revived by its class as defined now: its fields "
             f"{without_default} have no default and are missing from the stored value"
-            f"{extra}. Give them a default, or set them in a state migration "
-            "(saver.versioned)",
+            f"{extra}. Give them a default; a renamed field is a state migration's "
+            "fields= (saver.versioned(graph, version, {n: Migration(fields={Class: "
+            "{'old': 'new'}})}))",
         )
     for field in missing:
         fields[field] = default(field)

@@ -186,8 +186,11 @@ class CheckpointStore:
 
     def with_versions(self, versions: StateVersions) -> CheckpointStore:
         """The same store (and caches: they hold stored values, never migrated
-        ones) reading and writing state of `versions`' version."""
+        ones) reading and writing state of `versions`' version. With field
+        renames (`Migration.fields`) values decode differently: own caches."""
         clone = copy.copy(self)
+        if versions.field_renames:
+            clone = self.with_codec(self.codec.renaming_fields(versions.field_renames))
         clone.versions = versions
         return clone
 

@@ -12,6 +12,7 @@ rebuilds, so a chain shared by many checkpoints is decoded once.
 
 from __future__ import annotations
 
+import copy
 import datetime as dt
 import threading
 import uuid
@@ -126,6 +127,12 @@ class ValueCodec:
         # The classes the serde revives as themselves, as (module, qualname); None:
         # a serde of the user's own, trusted to revive what it stores.
         self.serde_revives: frozenset[tuple[str, str]] | None = None
+
+    def renaming_fields(self, field_renames: Mapping[str, Mapping[str, str]]) -> ValueCodec:
+        """This codec reviving stored fields under new names (`TypeRegistry.renaming`)."""
+        clone = copy.copy(self)
+        clone.registry = self.registry.renaming(field_renames)
+        return clone
 
     def encrypts(self, channel: str) -> bool:
         """Whether rows of `channel` are stored sealed (see _core/crypt.py)."""

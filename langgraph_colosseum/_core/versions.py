@@ -41,6 +41,7 @@ from typing import Any
 
 from langgraph.checkpoint.base import CheckpointTuple
 
+from langgraph_colosseum._core.codec import class_name
 from langgraph_colosseum._core.values import fresh_copy
 from langgraph_colosseum.errors import (
     OrphanedTasksError,
@@ -84,11 +85,19 @@ class Migration:
     `nodes` maps old node names to new ones (None: the node was removed and its
     pending work is dropped). `interrupts` maps the value of each pending
     `interrupt()` of the older version.
+
+    `fields` renames fields of registered classes (pydantic models, dataclasses,
+    NamedTuples): ``fields={Position: {"ticker": "symbol"}}``. A stored
+    `Position` holding `ticker` and no `symbol` is revived with the value as
+    `symbol`, wherever it is (channel values, pending writes, nested), before
+    `values` runs and before added fields get their defaults and removed ones
+    are dropped. The rows stay as stored.
     """
 
     values: ValuesMigration | None = None
     nodes: Mapping[str, str | None] = dataclasses.field(default_factory=dict)
     interrupts: Callable[[Any], Any] | None = None
+    fields: Mapping[type | str, Mapping[str, str]] = dataclasses.field(default_factory=dict)
 
 
 class StateVersions:
@@ -119,6 +128,7 @@ class StateVersions:
             n: m if isinstance(m, Migration) else Migration(values=m)
             for n, m in sorted(migrations.items())
         }
+        self.field_renames = _field_renames(self.migrations)
         # The graph's nodes and what triggers each (set by `saver.versioned`),
         # and its subgraphs' by namespace without task ids ("sub", "sub|inner"):
         # orphaned tasks are found, and renamed nodes' new task ids computed, from them.
@@ -487,6 +497,30 @@ def _id_after(checkpoint_id: str) -> str | None:
     except (ValueError, TypeError):
         return None
     return after if after > checkpoint_id and len(after) == len(checkpoint_id) else None
+
+
+def _field_renames(migrations: Mapping[int, Migration]) -> dict[str, dict[str, str]]:
+    """Each class's field renames over all `migrations`, chained (a -> b, then
+    b -> c: a -> c and b -> c), by the name the codec stores the class under.
+    A stored value is renamed by the names it holds, whatever its checkpoint's
+    version: a field with a new name is missing from every older value."""
+    out: dict[str, dict[str, str]] = {}
+    for number, migration in sorted(migrations.items()):
+        for cls, mapping in migration.fields.items():
+            if not isinstance(cls, (type, str)) or not all(
+                isinstance(k, str) and isinstance(v, str) for k, v in mapping.items()
+            ):
+                raise TypeError(
+                    f"migration {number}: fields= maps a class to {{old field name: new "
+                    f"field name}}, got {cls!r}: {mapping!r}"
+                )
+            renames = out.setdefault(cls if isinstance(cls, str) else class_name(cls), {})
+            for start, now in renames.items():
+                if now in mapping:
+                    renames[start] = mapping[now]
+            for old, new in mapping.items():
+                renames.setdefault(old, new)
+    return out
 
 
 def _triggers_of(graph: Any) -> dict[str, tuple[str, ...]]:

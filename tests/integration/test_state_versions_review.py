@@ -5,16 +5,19 @@ worker's last put racing `state migrate` on the same thread."""
 
 from __future__ import annotations
 
+import dataclasses
 import uuid
 from typing import Any, TypedDict
 
+import psycopg
 import pytest
 from langchain_core.documents import Document
 from langgraph.checkpoint.memory import InMemorySaver
 from langgraph.graph import START, StateGraph
 from langgraph.store.base import GetOp
+from langgraph.types import Command, interrupt
 
-from langgraph_colosseum import ColosseumSaver
+from langgraph_colosseum import AsyncColosseumSaver, ColosseumSaver, Migration
 from tests.conftest import truncate
 from tests.integration.test_state_versions import CountV1, CountV2, count, rename_query
 
@@ -257,3 +260,94 @@ def test_a_failing_migration_names_the_thread_checkpoint_migration_and_task(
     assert thread_id in message and "migration 1" in message and "task" in message
     assert "only the keys present" in message
     assert isinstance(raised.value.__cause__, KeyError)
+
+
+class Held(TypedDict, total=False):
+    pos: Any
+    book: dict
+    n: int
+
+
+def _renamed_position_thread(register: Any) -> tuple[StateGraph, type, dict]:
+    """A v1 thread holding a `Position(ticker=...)` in a channel, nested in
+    another, and in the pending write of a node whose sibling is interrupted.
+    Returns the builder, the class as v2 defines it (ticker renamed to symbol,
+    with a default, so without the rename "AAPL" would be silently dropped),
+    and the thread's config."""
+
+    @dataclasses.dataclass
+    class Position:
+        ticker: str
+        qty: int
+
+    register(Position)
+    written = Position  # v1's class: `Position` is redefined below
+
+    def buy(state: dict) -> dict:
+        return {"pos": written("MSFT", 5)}
+
+    def ask(state: dict) -> dict:
+        return {"n": interrupt("confirm?")}
+
+    builder = StateGraph(Held)
+    builder.add_node("buy", buy)
+    builder.add_node("ask", ask)
+    builder.add_edge(START, "buy")
+    builder.add_edge(START, "ask")
+    config = {"configurable": {"thread_id": f"field-{uuid.uuid4().hex[:8]}"}}
+    v1_input = {"pos": Position("AAPL", 3), "book": {"open": [Position("IBM", 1)]}}
+
+    @dataclasses.dataclass
+    class Position:  # type: ignore[no-redef]  # the deploy renamed ticker to symbol
+        symbol: str = ""
+        qty: int = 0
+
+    return builder, Position, (config, v1_input)
+
+
+def test_a_renamed_class_field_is_renamed_by_a_state_migration(
+    saver: ColosseumSaver, pg_url: str
+) -> None:
+    """Migration(fields=...): the stored ticker arrives as symbol in channel
+    values, nested values and pending writes (get_state, then the resume), from
+    Postgres and from the Redis head; the stored rows keep ticker."""
+    builder, Position, (config, v1_input) = _renamed_position_thread(saver.register_type)
+    builder.compile(checkpointer=saver).invoke(v1_input, config)
+    saver.register_type(Position)
+    migration = Migration(fields={Position: {"ticker": "symbol"}})
+    graph = saver.versioned(builder.compile(), 2, {1: migration})
+    head = graph.checkpointer.get_tuple(config)
+    assert head.checkpoint["channel_values"]["pos"] == Position("AAPL", 3)
+    assert [v for _, ch, v in head.pending_writes if ch == "pos"] == [Position("MSFT", 5)]
+    state = graph.get_state(config)  # buy's pending write applied
+    assert state.values["pos"] == Position("MSFT", 5)
+    assert state.values["book"] == {"open": [Position("IBM", 1)]}
+    assert [t.name for t in state.tasks if t.interrupts] == ["ask"]
+    graph.invoke(Command(resume=7), config)
+    assert graph.get_state(config).values == {
+        "pos": Position("MSFT", 5),  # buy's pending write, renamed
+        "book": {"open": [Position("IBM", 1)]},
+        "n": 7,
+    }
+    with psycopg.connect(pg_url) as conn:
+        stored = conn.execute(
+            "SELECT count(*) FROM colosseum_writes WHERE thread_id = %s "
+            'AND value::text LIKE \'%%"ticker": "MSFT"%%\'',
+            [config["configurable"]["thread_id"]],
+        ).fetchone()
+    assert stored == (1,)
+
+
+async def test_a_renamed_class_field_is_renamed_on_async_reads(
+    asaver: AsyncColosseumSaver,
+) -> None:
+    builder, Position, (config, v1_input) = _renamed_position_thread(asaver.register_type)
+    await builder.compile(checkpointer=asaver).ainvoke(v1_input, config)
+    asaver.register_type(Position)
+    graph = asaver.versioned(
+        builder.compile(), 2, {1: Migration(fields={Position: {"ticker": "symbol"}})}
+    )
+    assert (await graph.aget_state(config)).values["book"] == {"open": [Position("IBM", 1)]}
+    await graph.ainvoke(Command(resume=7), config)
+    values = (await graph.aget_state(config)).values
+    assert (values["pos"], values["n"]) == (Position("MSFT", 5), 7)

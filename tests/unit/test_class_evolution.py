@@ -13,17 +13,21 @@ import pytest
 
 from langgraph_colosseum._core import codec
 from langgraph_colosseum._core.codec import TypeRegistry
+from langgraph_colosseum._core.versions import Migration, StateVersions
 from langgraph_colosseum.errors import ClassChangedError
 
 
-def stored_as(old: type, value: Any, new: type) -> Any:
+def stored_as(old: type, value: Any, new: type, renames: dict | None = None) -> Any:
     """`value` (an `old` instance) written, then read where the class is `new`
-    (the same registry name: a deploy redefined it)."""
+    (the same registry name: a deploy redefined it), with a state migration's
+    field `renames` ({old class: {old field: new field}})."""
     writer = TypeRegistry([old])
     data = orjson.loads(orjson.dumps({"items": [writer.encode(value)]}))
     reader = TypeRegistry()
     reader._by_name[codec.class_name(old)] = new
     reader._names[new] = codec.class_name(old)
+    if renames is not None:
+        reader = reader.renaming(StateVersions(2, {1: Migration(fields=renames)}).field_renames)
     return reader.decode(data)["items"][0]
 
 
@@ -125,3 +129,57 @@ def test_an_unchanged_class_round_trips_as_before() -> None:
     for value in (ModelV2(name="a", tier="pro"), DataV2("a", ["t"]), PairV2("a", "pro")):
         back = registry.decode(orjson.loads(orjson.dumps(registry.encode(value))))
         assert repr(back) == repr(value) and type(back) is type(value)
+
+
+class ModelRenamed(pydantic.BaseModel):
+    name: str
+    units: int = 0  # legacy, renamed: the stored value, not this default
+
+
+@dataclasses.dataclass
+class DataRenamed:
+    units: int  # legacy, renamed (and moved first)
+    name: str
+
+
+class PairRenamed(NamedTuple):
+    name: str
+    units: int = 0
+
+
+def test_a_renamed_field_arrives_under_its_new_name(caplog: pytest.LogCaptureFixture) -> None:
+    """Migration(fields=...) renames before added/removed fields are fitted: the
+    value is neither dropped for a default nor a ClassChangedError."""
+    codec._DROPPED_LOGGED.clear()
+    with caplog.at_level(logging.WARNING, logger="langgraph_colosseum"):
+        model = stored_as(
+            ModelV1, ModelV1(name="ann", legacy=7), ModelRenamed, {ModelV1: {"legacy": "units"}}
+        )
+        data = stored_as(DataV1, DataV1("ann", 7), DataRenamed, {DataV1: {"legacy": "units"}})
+        pair = stored_as(PairV1, PairV1("ann", 7), PairRenamed, {PairV1: {"legacy": "units"}})
+    assert repr(model) == "ModelRenamed(name='ann', units=7)"
+    assert model.model_fields_set == {"name", "units"}
+    assert repr(data) == "DataRenamed(units=7, name='ann')"
+    assert repr(pair) == "PairRenamed(name='ann', units=7)"
+    assert not [r for r in caplog.records if "no longer has" in r.getMessage()]
+    # Without the rename: the default, and the stored value dropped (logged).
+    assert repr(stored_as(ModelV1, ModelV1(name="a", legacy=7), ModelRenamed)).endswith("units=0)")
+    with pytest.raises(ClassChangedError, match=r"Migration\(fields=") as info:
+        stored_as(DataV1, DataV1("ann", 7), DataRenamed)
+    assert info.value.path == "$.items[0]"
+
+
+def test_field_renames_chain_across_migrations() -> None:
+    """legacy -> count (migration 1), count -> units (migration 2): a value stored
+    at either version arrives as units; a class named by string works too."""
+    name = codec.class_name(DataV1)
+    versions = StateVersions(
+        3,
+        {
+            1: Migration(fields={DataV1: {"legacy": "count"}}),
+            2: Migration(fields={name: {"count": "units"}}),
+        },
+    )
+    assert versions.field_renames == {name: {"legacy": "units", "count": "units"}}
+    with pytest.raises(TypeError, match="fields= maps a class"):
+        StateVersions(2, {1: Migration(fields={DataV1: {"legacy": 3}})})
