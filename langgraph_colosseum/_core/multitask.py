@@ -374,8 +374,12 @@ def start(
         # ones before it are deleted now, before this run reads or writes.
         rolled_back = [row[0] for row in due]
         yield from store.delete_for_runs(rolled_back)
+        # The thread row first, as TAKE takes it: two runs finishing the same
+        # rollbacks (one stopped by the other meanwhile) would otherwise lock a
+        # run row and the thread row in opposite orders, and deadlock.
         yield Transaction(
             (
+                Query(LOCK_THREAD, {"thread_id": thread_id}),
                 *(
                     Query(ROLLED_BACK, {"thread_id": thread_id, "stopped": run}, fetch=False)
                     for run in rolled_back
