@@ -521,6 +521,13 @@ GUARDS: list[Guard] = [
             f"{DELETED}::test_a_deleted_runs_writes_on_a_checkpoint_not_its_own_go_and_stay_gone",
         ),
     ),
+    Guard(
+        name="rollback: only the stopped run's registry metadata keys are restored",
+        file="langgraph_colosseum/_core/multitask.py",
+        original="    WHEN run.keys IS NULL THEN run.before\n",
+        mutant="    WHEN true THEN run.before\n",
+        tests=(f"{RUNS_STOPPED}::test_a_rollback_keeps_registry_metadata_set_by_others_meanwhile",),
+    ),
 ]
 
 # Copied into the temporary tree: what the tests import and read.

@@ -131,13 +131,14 @@ stopped AS (
 ),
 mine AS (
     INSERT INTO colosseum_runs AS r
-        (thread_id, run_id, strategy, status, holder, token, started_at, metadata_before)
+        (thread_id, run_id, strategy, status, holder, token, started_at, metadata_before,
+         metadata_keys)
     SELECT %(thread_id)s, %(run_id)s, %(strategy)s, 'running', %(holder)s, taken.run_token,
-           clock_timestamp(), thread.metadata
+           clock_timestamp(), thread.metadata, %(metadata_keys)s::text[]
     FROM taken, thread
     ON CONFLICT (thread_id, run_id) DO UPDATE
     SET status = 'running', token = EXCLUDED.token, started_at = clock_timestamp(), lease_until = NULL,
-        metadata_before = EXCLUDED.metadata_before
+        metadata_before = EXCLUDED.metadata_before, metadata_keys = EXCLUDED.metadata_keys
 ),
 waiting AS (
     UPDATE colosseum_runs SET lease_until = now() + make_interval(secs => %(lease)s)
@@ -149,15 +150,23 @@ SELECT (SELECT run_token FROM taken), (SELECT run_id FROM stopped),
 """
 
 # After delete_for_runs removed the stopped run's rows: the registry metadata
-# it merged goes back to what it was when it started.
+# keys it merged go back to what they were when it started (a key it did not
+# merge is someone else's, set meanwhile with threads.update, and stays). A
+# run recorded without its keys (before migration 9) gets the whole snapshot.
 ROLLED_BACK = """
 WITH run AS (
     UPDATE colosseum_runs SET status = 'rolled_back'
     WHERE thread_id = %(thread_id)s AND run_id = %(stopped)s
       AND status IN ('interrupted', 'error')
-    RETURNING metadata_before
+    RETURNING coalesce(metadata_before, '{}'::jsonb) AS before, metadata_keys AS keys
 )
-UPDATE colosseum_threads t SET metadata = coalesce(run.metadata_before, '{}'::jsonb)
+UPDATE colosseum_threads t
+SET metadata = CASE
+    WHEN run.keys IS NULL THEN run.before
+    ELSE (t.metadata - run.keys)
+         || coalesce((SELECT jsonb_object_agg(b.key, b.value) FROM jsonb_each(run.before) AS b
+                      WHERE b.key = ANY(run.keys)), '{}'::jsonb)
+END
 FROM run
 WHERE t.thread_id = %(thread_id)s
 """
@@ -314,6 +323,7 @@ def start(
     holder: str,
     lease_seconds: float,
     queue_timeout: float | None,
+    metadata_keys: Sequence[str] = (),
 ) -> Operation[int]:
     """Take `thread_id` for run `run_id` under `strategy`; its fencing token.
 
@@ -329,6 +339,8 @@ def start(
         "lease": lease_seconds,
         "steal": strategy in ("interrupt", "rollback"),
         "lapsed": LEASE_LAPSED,
+        # what a rollback of this run restores (ROLLED_BACK)
+        "metadata_keys": list(metadata_keys),
     }
     take = Transaction(
         (

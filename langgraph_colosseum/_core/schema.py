@@ -250,6 +250,12 @@ MIGRATIONS: list[str] = [
     CREATE INDEX IF NOT EXISTS colosseum_writes_run_id
         ON colosseum_writes (run_id) WHERE run_id IS NOT NULL;
     """,
+    # 9: the registry metadata keys a run's puts merge (its config metadata):
+    # `rollback` restores these alone, so that a key set meanwhile by someone
+    # else (threads.update) stays. NULL (a run recorded before): all of them.
+    """
+    ALTER TABLE colosseum_runs ADD COLUMN IF NOT EXISTS metadata_keys text[];
+    """,
 ]
 
 LATEST_VERSION = len(MIGRATIONS)

@@ -775,14 +775,7 @@ class CheckpointStore:
         planned: list[tuple[StoredValue, shapes.Base | None]],
     ) -> dict[str, Any]:
         """The thread row's share of a put: run metadata, small values, fencing."""
-        run_metadata = {
-            k: v
-            for k, v in (config.get("metadata") or {}).items()
-            if is_object_key(k)
-            and not k.startswith("__")
-            and k not in EXCLUDED_METADATA_KEYS
-            and type(v) in (str, int, float, bool)
-        }
+        run_metadata = registry_metadata(config)
         values_set: dict[str, Any] = {}
         values_del: list[str] = []
         if checkpoint_ns == "":
@@ -1752,6 +1745,19 @@ def _is_json_version(version: Any) -> bool:
 
 def _text_or_none(value: Any) -> str | None:
     return None if value is None else str(value)
+
+
+def registry_metadata(config: RunnableConfig) -> dict[str, Any]:
+    """The keys of a run's config metadata that its puts merge into the
+    thread's registry metadata (`threads.get(...).metadata`)."""
+    return {
+        k: v
+        for k, v in (config.get("metadata") or {}).items()
+        if is_object_key(k)
+        and not k.startswith("__")
+        and k not in EXCLUDED_METADATA_KEYS
+        and type(v) in (str, int, float, bool)
+    }
 
 
 def _run_id_of(config: RunnableConfig) -> str | None:

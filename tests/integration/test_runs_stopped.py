@@ -396,13 +396,6 @@ def test_rollback_wins_over_the_stopped_runs_late_redis_head(pg_url: str) -> Non
         assert outcomes["b"]["messages"] == ["qa0", "qa0:answer", "qb1", "qb1:answer"]
 
 
-# Strict: this test reproduces a defect not fixed yet; it fails the suite once fixed,
-# so that the mark goes and the README's gap with it.
-@pytest.mark.xfail(
-    strict=True,
-    raises=AssertionError,
-    reason="known gap (README, double-texting): rollback restores a metadata snapshot instead of undoing only the stopped run's keys",
-)
 def test_a_rollback_keeps_registry_metadata_set_by_others_meanwhile(pg_url: str) -> None:
     """Rollback removes the stopped run's registry changes, not everyone's: a
     key set with threads.update while that run was running is not the run's."""
