@@ -468,6 +468,8 @@ class CorruptHeadError(Exception):
 
 
 MAC_BYTES = 16
+_WRITE_COLUMNS = 9  # a pending write's columns in a GET_TUPLE row, from the 7th
+_WRITE_END = 6 + _WRITE_COLUMNS
 
 
 class Head(NamedTuple):
@@ -576,7 +578,7 @@ class HotHead:
         self, thread_id: str, checkpoint_ns: str, checkpoint_id: str, *columns: Any
     ) -> bytes:
         """A pending write, as GET_TUPLE's write columns: task_id, idx, task_path,
-        channel, encoding, json, data, type."""
+        channel, encoding, json, data, type, state_version."""
         return self._seal(pack(list(columns)), thread_id, checkpoint_ns, "w", checkpoint_id)
 
     def _head(
@@ -614,7 +616,7 @@ class HotHead:
             args = [self.ttl_ms, checkpoint_ns, seq, "", nothing, b"", b""]
             return CacheCall("refill", self.thread_key(thread_id), tuple(args))
         checkpoint_id, parent_id, document, metadata = row[2:6]
-        write_columns = row[6:14]
+        write_columns = row[6:_WRITE_END]
         task_ids, idxs = write_columns[:2]
         writes = {
             write_field(task_ids[i], idxs[i]): self.pack_write(
@@ -706,7 +708,9 @@ class HotHead:
             if unpack(cv) != unpack(flat_versions(_document_versions(document))):
                 raise CorruptHeadError("its channel versions are not its checkpoint's")
             opened = [self._open(w, thread_id, checkpoint_ns, "w", checkpoint_id) for w in writes]
-            write_columns = [list(column) for column in zip(*opened)] or [[]] * 8
+            # A write cached before state_version was recorded has 8 columns: NULL.
+            opened = [w + [None] * (_WRITE_COLUMNS - len(w)) for w in opened]
+            write_columns = [list(column) for column in zip(*opened)] or [[]] * _WRITE_COLUMNS
             row = (thread_id, checkpoint_ns, checkpoint_id, parent_id, document, metadata,
                    *write_columns)  # fmt: skip
             value_rows = [

@@ -256,6 +256,13 @@ MIGRATIONS: list[str] = [
     """
     ALTER TABLE colosseum_runs ADD COLUMN IF NOT EXISTS metadata_keys text[];
     """,
+    # 10: the state version of the code that wrote each pending write (a
+    # versioned saver's; NULL: unversioned, or written before). A resume cut
+    # short leaves newer code's writes pending on an older checkpoint: they are
+    # migrated from their own version, not from their checkpoint's.
+    """
+    ALTER TABLE colosseum_writes ADD COLUMN IF NOT EXISTS state_version integer;
+    """,
 ]
 
 LATEST_VERSION = len(MIGRATIONS)

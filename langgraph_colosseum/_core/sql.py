@@ -31,7 +31,8 @@ LEFT JOIN LATERAL (
     SELECT array_agg(w.task_id) AS task_ids, array_agg(w.idx) AS idxs,
            array_agg(w.task_path) AS task_paths, array_agg(w.channel) AS channels,
            array_agg(w.encoding) AS encodings, array_agg(w.value::text) AS jsons,
-           array_agg(w.value_bytes) AS datas, array_agg(w.value_type) AS types
+           array_agg(w.value_bytes) AS datas, array_agg(w.value_type) AS types,
+           array_agg(w.state_version) AS state_versions
     FROM colosseum_writes w
     WHERE w.thread_id = c.thread_id AND w.checkpoint_ns = c.checkpoint_ns
       AND w.checkpoint_id = c.checkpoint_id
@@ -41,7 +42,8 @@ LEFT JOIN LATERAL (
 _CHECKPOINT_COLUMNS = """
     c.thread_id, c.checkpoint_ns, c.checkpoint_id, c.parent_checkpoint_id,
     c.checkpoint::text, c.metadata::text,
-    w.task_ids, w.idxs, w.task_paths, w.channels, w.encodings, w.jsons, w.datas, w.types
+    w.task_ids, w.idxs, w.task_paths, w.channels, w.encodings, w.jsons, w.datas, w.types,
+    w.state_versions
 """
 
 # A checkpoint, its pending writes, and every value row needed to rebuild the
@@ -465,10 +467,10 @@ status AS (
 inserted AS (
 INSERT INTO colosseum_writes
     (thread_id, checkpoint_ns, checkpoint_id, task_id, idx, task_path, channel,
-     encoding, value, value_bytes, value_type, run_id)
+     encoding, value, value_bytes, value_type, run_id, state_version)
 SELECT %(thread_id)s, %(checkpoint_ns)s, %(checkpoint_id)s, %(task_id)s, u.idx,
        %(task_path)s, u.channel, u.encoding, u.value::jsonb, u.value_bytes, u.value_type,
-       %(run_id)s::text
+       %(run_id)s::text, %(state_version)s::int
 FROM unnest(%(idxs)b::int[], %(channels)b::text[], %(encodings)b::text[],
             %(jsons)b::text[], %(datas)b::bytea[], %(types)b::text[])
      AS u(idx, channel, encoding, value, value_bytes, value_type)
@@ -477,7 +479,7 @@ ON CONFLICT (thread_id, checkpoint_ns, checkpoint_id, task_id, idx)
 DO UPDATE SET channel = EXCLUDED.channel, task_path = EXCLUDED.task_path,
               encoding = EXCLUDED.encoding, value = EXCLUDED.value,
               value_bytes = EXCLUDED.value_bytes, value_type = EXCLUDED.value_type,
-              run_id = EXCLUDED.run_id
+              run_id = EXCLUDED.run_id, state_version = EXCLUDED.state_version
 WHERE EXCLUDED.idx < 0
 )
 SELECT EXISTS (SELECT 1 FROM fenced), (SELECT checkpoint_id FROM deleted LIMIT 1),
@@ -629,9 +631,9 @@ COPY_THREAD = (
     """
     INSERT INTO colosseum_writes
         (thread_id, checkpoint_ns, checkpoint_id, task_id, idx, task_path, channel,
-         encoding, value, value_bytes, value_type)
+         encoding, value, value_bytes, value_type, state_version)
     SELECT %(target)s, checkpoint_ns, checkpoint_id, task_id, idx, task_path, channel,
-           encoding, value, value_bytes, value_type
+           encoding, value, value_bytes, value_type, state_version
     FROM colosseum_writes WHERE thread_id = %(source)s
     ON CONFLICT DO NOTHING
     """,
@@ -669,7 +671,7 @@ FROM colosseum_channel_values WHERE thread_id = %(source)s
 """
 COPY_READ_WRITES = """
 SELECT checkpoint_ns, checkpoint_id, task_id, idx, task_path, channel,
-       encoding, value::text, value_bytes, value_type
+       encoding, value::text, value_bytes, value_type, state_version
 FROM colosseum_writes WHERE thread_id = %(source)s
 """
 COPY_READ_HISTORIES = """
@@ -705,13 +707,15 @@ COPY_SEALED = (
     """
     INSERT INTO colosseum_writes
         (thread_id, checkpoint_ns, checkpoint_id, task_id, idx, task_path, channel,
-         encoding, value, value_bytes, value_type)
+         encoding, value, value_bytes, value_type, state_version)
     SELECT %(target)s, u.ns, u.id, u.task_id, u.idx, u.task_path, u.channel, u.encoding,
-           u.value::jsonb, u.value_bytes, u.value_type
+           u.value::jsonb, u.value_bytes, u.value_type, u.state_version
     FROM unnest(%(w_ns)s::text[], %(w_ids)s::text[], %(w_tasks)s::text[], %(w_idxs)s::int[],
                 %(w_paths)s::text[], %(w_channels)s::text[], %(w_encodings)s::text[],
-                %(w_jsons)s::text[], %(w_datas)s::bytea[], %(w_types)s::text[])
-         AS u(ns, id, task_id, idx, task_path, channel, encoding, value, value_bytes, value_type)
+                %(w_jsons)s::text[], %(w_datas)s::bytea[], %(w_types)s::text[],
+                %(w_state_versions)s::int[])
+         AS u(ns, id, task_id, idx, task_path, channel, encoding, value, value_bytes, value_type,
+              state_version)
     ON CONFLICT DO NOTHING
     """,
     """

@@ -911,6 +911,9 @@ class CheckpointStore:
             # the writing run, as its checkpoints record it (delete_for_runs
             # deletes its writes wherever they are, and refuses its later ones)
             "run_id": _run_id_of(config),
+            # the state version of the code writing (a versioned saver's; None
+            # otherwise): read back, a write is migrated from it (see versions.py)
+            "state_version": None if self.versions is None else self.versions.version,
             # A subgraph's writes name the checkpoints of the enclosing namespaces.
             "parents": _parents((config.get("configurable") or {}).get("checkpoint_map")),
             "created": uuid6_time(checkpoint_id),
@@ -941,6 +944,7 @@ class CheckpointStore:
                         task_path,
                         channel,
                         *stored_value[:4],
+                        params["state_version"],
                     ),
                     idx < 0,  # special channels: the last write wins, as in Postgres
                 )
@@ -1062,15 +1066,15 @@ class CheckpointStore:
                 (ns, ch, version, enc, *sealed, base, depth),
             ):  # fmt: skip
                 out.setdefault(name, []).append(item)
-        for ns, cid, task, idx, path, ch, enc, json, data, type_ in writes:
+        for ns, cid, task, idx, path, ch, enc, json, data, type_, state_version in writes:
             sealed = reseal(
                 (source, ns, ch), cid, ch, enc, json, data, type_,
                 write_aad, ns, cid, task, idx, path, ch, enc,
             )  # fmt: skip
             for name, item in zip(
                 ("w_ns", "w_ids", "w_tasks", "w_idxs", "w_paths", "w_channels", "w_encodings",
-                 "w_jsons", "w_datas", "w_types"),
-                (ns, cid, task, idx, path, ch, enc, *sealed),
+                 "w_jsons", "w_datas", "w_types", "w_state_versions"),
+                (ns, cid, task, idx, path, ch, enc, *sealed, state_version),
             ):  # fmt: skip
                 out.setdefault(name, []).append(item)
         for ns, cid, ch, seq, task, enc, json, data, type_ in histories:
@@ -1414,7 +1418,7 @@ class CheckpointStore:
         as the graph's state version sees it. `resume`: a run may continue from it."""
         (thread_id, checkpoint_ns, checkpoint_id, parent_id, checkpoint_json, metadata_json,
          w_task_ids, w_idxs, w_task_paths, w_channels, w_encodings, w_jsons, w_datas,
-         w_types) = row[:_CHECKPOINT_WIDTH]  # fmt: skip
+         w_types, w_state_versions) = row[:_CHECKPOINT_WIDTH]  # fmt: skip
         try:
             metadata = self.codec.load_metadata(
                 metadata_json,
@@ -1436,7 +1440,7 @@ class CheckpointStore:
                         raise corrupt_row(key[:3], checkpoint_id, exc) from None
                 continue
             channel_values[channel] = values.value(key, checkpoint_id)
-        pending: list[tuple[tuple[str, str, int], PendingWrite]] = []
+        pending: list[tuple[tuple[str, str, int], PendingWrite, int | None]] = []
         for i, channel in enumerate(w_channels or ()):
             aad = write_aad(
                 thread_id, checkpoint_ns, checkpoint_id, w_task_ids[i], w_idxs[i],
@@ -1447,7 +1451,8 @@ class CheckpointStore:
                 w_encodings[i], w_jsons[i], w_datas[i], w_types[i], aad=aad,
             )  # fmt: skip
             key_ = writes_sort_key(w_task_paths[i], w_task_ids[i], w_idxs[i])
-            pending.append((key_, (w_task_ids[i], channel, value)))
+            version = w_state_versions[i] if w_state_versions else None
+            pending.append((key_, (w_task_ids[i], channel, value), version))
         pending.sort(key=lambda p: p[0])
         checkpoint: Checkpoint = {**document, "channel_values": channel_values}
         found = CheckpointTuple(
@@ -1457,12 +1462,13 @@ class CheckpointStore:
             parent_config=(
                 checkpoint_config(thread_id, checkpoint_ns, parent_id) if parent_id else None
             ),
-            pending_writes=[write for _, write in pending],
+            pending_writes=[write for _, write, _ in pending],
         )
         if self.versions is None:
             return found
         task_paths = dict(zip(w_task_ids or (), w_task_paths or ()))
-        return self.versions.on_read(found, task_paths, resume=resume)
+        write_versions = [version for _, _, version in pending]
+        return self.versions.on_read(found, task_paths, write_versions, resume=resume)
 
     def _remember_bases(
         self,
@@ -1589,12 +1595,13 @@ _COPY_ARRAYS = (
     *("c_ns", "c_ids", "c_parents", "c_runs", "c_checkpoints", "c_metadata", "c_created"),
     *("v_ns", "v_channels", "v_versions", "v_encodings", "v_jsons", "v_datas", "v_types"),
     *("v_bases", "v_depths", "w_ns", "w_ids", "w_tasks", "w_idxs", "w_paths", "w_channels"),
-    *("w_encodings", "w_jsons", "w_datas", "w_types", "h_ns", "h_ids", "h_channels", "h_seqs"),
+    *("w_encodings", "w_jsons", "w_datas", "w_types", "w_state_versions"),
+    *("h_ns", "h_ids", "h_channels", "h_seqs"),
     *("h_tasks", "h_encodings", "h_jsons", "h_datas", "h_types"),
 )
 
 # The checkpoint and writes columns every checkpoint query starts with.
-_CHECKPOINT_WIDTH = 14
+_CHECKPOINT_WIDTH = 15
 
 # The checkpoint document's record of channel_versions' key order, beside that
 # plain object (which SQL reads by channel name), when jsonb would reorder it.

@@ -20,6 +20,10 @@ Invariants (each kept by the method named; tests/integration/test_state_versions
   writes the marked channels' (migrated) values as new rows (`channels_to_write`),
   so a checkpoint recorded at version N only ever names rows holding version-N
   values.
+* A pending write is migrated from the version of the code that wrote it
+  (recorded per write by a versioned saver; its checkpoint's version for one
+  recorded without): a resume cut short before its step was saved leaves newer
+  code's writes pending on an older checkpoint, and they are not migrated again.
 * Pending writes follow their task: a renamed node's pending writes get the
   task id LangGraph computes for the new node, its interrupts the new
   interrupt ids (`_follow_renamed_nodes`). A pending task of a node the graph
@@ -36,7 +40,7 @@ import logging
 import threading
 import uuid
 from collections import OrderedDict
-from collections.abc import Callable, Mapping
+from collections.abc import Callable, Mapping, Sequence
 from typing import Any
 
 from langgraph.checkpoint.base import CheckpointTuple
@@ -78,9 +82,10 @@ class Migration:
             if "query" in values:
                 values["queries"] = [values.pop("query")]
 
-    Make it leave a value already in the new form as it is: a resume cut short
-    before its step was saved leaves the new code's writes pending on the older
-    checkpoint, and they are read (and migrated) as that checkpoint's version.
+    Each value is migrated once, from the version it was written at: a pending
+    write from the version of the code that wrote it, which a versioned saver
+    records with the write (a resume cut short leaves the new code's writes
+    pending on an older checkpoint; they are not migrated again).
 
     `nodes` maps old node names to new ones (None: the node was removed and its
     pending work is dropped). `interrupts` maps the value of each pending
@@ -208,47 +213,51 @@ class StateVersions:
     # ------------------------------------------------------------ reads
 
     def on_read(
-        self, found: CheckpointTuple, task_paths: Mapping[str, str], *, resume: bool
+        self,
+        found: CheckpointTuple,
+        task_paths: Mapping[str, str],
+        write_versions: Sequence[int | None],
+        *,
+        resume: bool,
     ) -> CheckpointTuple:
         """`found` as this version of the graph sees it. `task_paths`: each pending
-        task's path; `resume`: the read a run continues from (get_tuple), where
-        orphaned pending tasks are an error."""
+        task's path; `write_versions`: the state version each pending write was
+        written at, in their order (None: not recorded, the checkpoint's);
+        `resume`: the read a run continues from (get_tuple), where orphaned
+        pending tasks are an error."""
         stored = self.version_of(found.metadata)
-        if stored == self.version:
-            return found
-        if stored > self.version:
+        write_versions = [stored if v is None else v for v in write_versions]
+        newest = max((stored, *write_versions))
+        if newest > self.version:
             configurable = found.config["configurable"]
             raise StateVersionError(
                 thread_id=configurable["thread_id"],
                 checkpoint_id=configurable["checkpoint_id"],
-                stored=stored,
+                stored=newest,
                 code=self.version,
             )
-        return self.migrate(found, stored, task_paths, resume=resume)
+        if stored == self.version:
+            if all(v == stored for v in write_versions):
+                return found
+            # older code's writes on a current checkpoint: the writes alone
+            return found._replace(pending_writes=self._migrated_writes(found, write_versions))
+        return self.migrate(found, stored, task_paths, write_versions, resume=resume)
 
     def migrate(
         self,
         found: CheckpointTuple,
         stored: int,
         paths: Mapping[str, str],
+        write_versions: Sequence[int],
         *,
         resume: bool,
     ) -> CheckpointTuple:
         checkpoint = found.checkpoint
         state = {k: fresh_copy(v) for k, v in checkpoint["channel_values"].items()}
-        writes = [(t, ch, fresh_copy(v)) for t, ch, v in found.pending_writes or ()]
         renames: dict[str, str | None] = {}
-        configurable = found.config["configurable"]
         for number in range(stored, self.version):
             migration = self.migrations[number]
-            failed = functools.partial(
-                StateMigrationError,
-                thread_id=configurable["thread_id"],
-                checkpoint_id=configurable["checkpoint_id"],
-                number=number,
-            )
-            state = self._migrate_values(migration, state, failed)
-            writes = self._migrate_writes(migration, writes, failed)
+            state = self._migrate_values(migration, state, self._failed(found, number))
             for old, new in migration.nodes.items():
                 for start, now in list(renames.items()):
                     if now == old:
@@ -300,8 +309,32 @@ class StateVersions:
                 for ch in checkpoint["updated_channels"]
                 if (name := _renamed_channel(ch, renames)) in channel_versions
             ]
+        writes = self._migrated_writes(found, write_versions)
         writes = self._follow_renamed_nodes(found, migrated, writes, paths, renames, resume)
         return found._replace(checkpoint=migrated, pending_writes=writes)
+
+    def _failed(self, found: CheckpointTuple, number: int) -> Callable[..., StateMigrationError]:
+        configurable = found.config["configurable"]
+        return functools.partial(
+            StateMigrationError,
+            thread_id=configurable["thread_id"],
+            checkpoint_id=configurable["checkpoint_id"],
+            number=number,
+        )
+
+    def _migrated_writes(self, found: CheckpointTuple, write_versions: Sequence[int]) -> list:
+        """`found`'s pending writes, each migrated from the version it was written
+        at (`write_versions`, in their order). A task's writes may be of two
+        versions: older code's interrupt, newer code's resume and output."""
+        writes = [
+            (t, ch, fresh_copy(v), version)
+            for (t, ch, v), version in zip(found.pending_writes or (), write_versions)
+        ]
+        for number in range(min(write_versions, default=self.version), self.version):
+            writes = self._migrate_writes(
+                self.migrations[number], writes, self._failed(found, number), number
+            )
+        return [(t, ch, v) for t, ch, v, _ in writes]
 
     def _migrate_values(
         self,
@@ -333,16 +366,24 @@ class StateVersions:
         migration: Migration,
         writes: list,
         failed: Callable[..., StateMigrationError],
+        number: int,
     ) -> list:
         """Each task's state writes migrated together (as the partial state the
-        task returned), LangGraph's own writes as they are; interrupts mapped."""
-        out: list[tuple[str, str, Any]] = []
+        task returned), LangGraph's own writes as they are; interrupts mapped.
+        `writes`: (task id, channel, value, version written at); migration
+        `number` turns version `number` into the next, so it skips newer writes."""
+        out: list[tuple[str, str, Any, int]] = []
         by_task: dict[str, list[tuple[str, Any]]] = {}
-        for task_id, channel, value in writes:
+        for task_id, channel, value, version in writes:
+            if version > number:
+                continue
             if is_state_channel(channel) and migration.values is not None:
                 by_task.setdefault(task_id, []).append((channel, value))
         done: set[str] = set()
-        for task_id, channel, value in writes:
+        for task_id, channel, value, version in writes:
+            if version > number:
+                out.append((task_id, channel, value, version))
+                continue
             if task_id in by_task and is_state_channel(channel):
                 if task_id in done:
                     continue
@@ -355,7 +396,7 @@ class StateVersions:
                 )
                 for part in parts:
                     migrated = self._migrate_values(migration, part, failed, task_id)
-                    out.extend((task_id, c, v) for c, v in migrated.items())
+                    out.extend((task_id, c, v, version) for c, v in migrated.items())
                 continue
             if channel == _INTERRUPT and migration.interrupts is not None:
                 value = [
@@ -364,7 +405,7 @@ class StateVersions:
                     else i
                     for i in value
                 ]
-            out.append((task_id, channel, value))
+            out.append((task_id, channel, value, version))
         return out
 
     def _follow_renamed_nodes(

@@ -150,7 +150,8 @@ PUT_WRITES = {
     **{k: PUT[k] for k in ("thread_id", "checkpoint_ns", "checkpoint_id", "parents", "created")},
     "task_id": "task", "task_path": "", "idxs": [0], "channels": ["counter"],
     "encodings": ["json"], "jsons": ["1"], "datas": [None], "types": [None],
-    "run_owner": None, "run_token": None, "run_id": None, "status": None,
+    "run_owner": None, "run_token": None, "run_id": None, "state_version": None,
+    "status": None,
 }  # fmt: skip
 
 CASES = {

@@ -1,13 +1,15 @@
 """State versions (issue 16), as a user would break them: a migration that reads
 more than one channel, continued from two checkpoints of one thread; the
-classes LangGraph's own serializer revives, which must still round-trip; and a
-worker's last put racing `state migrate` on the same thread."""
+classes LangGraph's own serializer revives, which must still round-trip; a
+worker's last put racing `state migrate` on the same thread; and writes newer
+code left pending on an older checkpoint, which must not be migrated again."""
 
 from __future__ import annotations
 
 import dataclasses
+import operator
 import uuid
-from typing import Any, TypedDict
+from typing import Annotated, Any, TypedDict
 
 import psycopg
 import pytest
@@ -18,6 +20,7 @@ from langgraph.store.base import GetOp
 from langgraph.types import Command, interrupt
 
 from langgraph_colosseum import AsyncColosseumSaver, ColosseumSaver, Migration
+from langgraph_colosseum.errors import StateVersionError
 from tests.conftest import truncate
 from tests.integration.test_state_versions import CountV1, CountV2, count, rename_query
 
@@ -351,3 +354,90 @@ async def test_a_renamed_class_field_is_renamed_on_async_reads(
     await graph.ainvoke(Command(resume=7), config)
     values = (await graph.aget_state(config)).values
     assert (values["pos"], values["n"]) == (Position("MSFT", 5), 7)
+
+
+class Totals(TypedDict, total=False):
+    price: int
+    total: int
+    log: Annotated[list[str], operator.add]
+
+
+def _cut_short() -> tuple[Any, set[str], dict]:
+    """The builder of each version (version 2 writes cents), the nodes that fail
+    this time (b and d: a version-1 run is cut short, a's write pending), and
+    the thread's config."""
+    failing = {"b", "d"}
+
+    def node(name: str, update: dict) -> Any:
+        def run(state: dict) -> dict:
+            if name in failing:
+                raise RuntimeError(f"{name} fails this time")
+            return {**update, "log": [name]}
+
+        return run
+
+    def build(b_total: int) -> StateGraph:
+        builder = StateGraph(Totals)
+        builder.add_node("a", node("a", {"price": 5}))
+        builder.add_node("b", node("b", {"total": b_total}))
+        builder.add_node("d", node("d", {}))
+        for name in ("a", "b", "d"):
+            builder.add_edge(START, name)
+        return builder
+
+    config = {"configurable": {"thread_id": f"cents-{uuid.uuid4().hex[:8]}"}}
+    return build, failing, config
+
+
+def to_cents(values: dict) -> None:
+    for key in ("price", "total"):
+        if key in values:
+            values[key] = values[key] * 100
+
+
+def test_writes_new_code_left_on_an_old_checkpoint_are_not_migrated_again(
+    saver: ColosseumSaver, pg_url: str
+) -> None:
+    """v1 writes a step cut short (a's write pending; b and d failed). v2 code
+    (amounts in cents) resumes it and is cut short again: b's write, made by v2
+    code, is now pending on the v1 checkpoint. The next resume must read it as a
+    v2 write (it was migrated once more: 700 became 70000); a unit change cannot
+    tell a value already in the new form. a's write, recorded without a version
+    (unversioned v1 code), is migrated from its checkpoint's version."""
+    build, failing, config = _cut_short()
+    with pytest.raises(RuntimeError):
+        build(7).compile(checkpointer=saver).invoke({"log": []}, config)
+    v2 = saver.versioned(build(700).compile(), 2, {1: to_cents})  # b now writes cents
+    failing.discard("b")
+    with pytest.raises(RuntimeError):
+        v2.invoke(None, config)  # b's write is saved; d fails: no new checkpoint
+    with psycopg.connect(pg_url) as conn:  # unversioned code records no version
+        recorded = conn.execute(
+            "SELECT channel, state_version FROM colosseum_writes WHERE thread_id = %s"
+            " AND channel IN ('price', 'total')",
+            [config["configurable"]["thread_id"]],
+        ).fetchall()
+    assert sorted(recorded) == [("price", None), ("total", 2)]
+    with pytest.raises(StateVersionError):  # version-1 code cannot read b's write
+        saver.versioned(build(7).compile(), 1).get_state(config)
+    copy = {"configurable": {"thread_id": config["configurable"]["thread_id"] + "-copy"}}
+    saver.copy_thread(config["configurable"]["thread_id"], copy["configurable"]["thread_id"])
+    failing.clear()
+    for thread in (config, copy):  # a copy's writes keep their versions
+        state = v2.invoke(None, thread)
+        assert (state["price"], state["total"]) == (500, 700)
+
+
+async def test_writes_new_code_left_on_an_old_checkpoint_async(
+    asaver: AsyncColosseumSaver,
+) -> None:
+    build, failing, config = _cut_short()
+    with pytest.raises(RuntimeError):
+        await build(7).compile(checkpointer=asaver).ainvoke({"log": []}, config)
+    v2 = asaver.versioned(build(700).compile(), 2, {1: to_cents})
+    failing.discard("b")
+    with pytest.raises(RuntimeError):
+        await v2.ainvoke(None, config)
+    failing.clear()
+    state = await v2.ainvoke(None, config)
+    assert (state["price"], state["total"]) == (500, 700)

@@ -70,6 +70,14 @@ def test_a_hit_becomes_a_get_tuple_row() -> None:
     assert found.row[:4] == ("t", "ns", "c2", "c1")
     assert found.row[6:14] == (["task"], [0], ["path"], ["messages"], ["json"], ['"hi"'],
                                [None], [None])  # fmt: skip
+    assert found.row[14] == [None]  # a write cached before state_version was: none recorded
+    reply = hit(hot)
+    reply[3] = [
+        reply[3][0],
+        hot.pack_write("t", "ns", "c2", "task", 1, "path", "n", "json", "1", None, None, 2),
+    ]
+    _, found, _ = hot.parse_read("t", "ns", reply)
+    assert found is not None and found.row[14] == [None, 2]  # each write's state version
     delta, full = found.value_rows
     assert delta.key == ("t", "ns", "messages", "v2") and delta.base_version == "v1"
     assert delta.encoding == "append" and delta.parsed == ["b"]
