@@ -9,6 +9,16 @@ from __future__ import annotations
 from langgraph_colosseum._redact import redact
 
 
+def _where(thread_id: str, checkpoint_ns: str, checkpoint_id: str | None) -> str:
+    """Where a value error happened: thread, and namespace and checkpoint when known."""
+    where = f"thread {thread_id!r}"
+    if checkpoint_ns:
+        where += f", namespace {checkpoint_ns!r}"
+    if checkpoint_id:
+        where += f", checkpoint {checkpoint_id!r}"
+    return where
+
+
 class ColosseumError(Exception):
     """Base class of every error raised by langgraph-colosseum.
 
@@ -73,11 +83,7 @@ class ValueNotStorableError(ColosseumError):
         self.checkpoint_id = checkpoint_id
         self.channel = channel
         self.path = path
-        where = f"thread {thread_id!r}"
-        if checkpoint_ns:
-            where += f", namespace {checkpoint_ns!r}"
-        if checkpoint_id:
-            where += f", checkpoint {checkpoint_id!r}"
+        where = _where(thread_id, checkpoint_ns, checkpoint_id)
         super().__init__(
             f"cannot store channel {channel!r} of {where}: the value at path {path} "
             f"is neither jsonb-encodable nor accepted by the serializer ({cause}). "
@@ -406,11 +412,7 @@ class UnregisteredClassError(ValueNotStorableError):
         self.channel = channel
         self.path = path
         self.class_name = class_name
-        where = f"thread {thread_id!r}"
-        if checkpoint_ns:
-            where += f", namespace {checkpoint_ns!r}"
-        if checkpoint_id:
-            where += f", checkpoint {checkpoint_id!r}"
+        where = _where(thread_id, checkpoint_ns, checkpoint_id)
         ColosseumError.__init__(
             self,
             f"cannot store channel {channel!r} of {where}: the value at path {path} is a "
