@@ -78,18 +78,24 @@ class ValueNotStorableError(ColosseumError):
         path: str,
         cause: BaseException,
     ) -> None:
-        self.thread_id = thread_id
-        self.checkpoint_ns = checkpoint_ns
-        self.checkpoint_id = checkpoint_id
-        self.channel = channel
-        self.path = path
-        where = _where(thread_id, checkpoint_ns, checkpoint_id)
+        where = self._place(thread_id, checkpoint_ns, checkpoint_id, channel, path)
         super().__init__(
             f"cannot store channel {channel!r} of {where}: the value at path {path} "
             f"is neither jsonb-encodable nor accepted by the serializer ({cause}). "
             "Nothing was written. Make the value serialisable, or register its class "
             "with the saver's type registry."
         )
+
+    def _place(
+        self, thread_id: str, checkpoint_ns: str, checkpoint_id: str | None, channel: str, path: str
+    ) -> str:
+        """Record where the value was (for callers) and return it as the message says it."""
+        self.thread_id = thread_id
+        self.checkpoint_ns = checkpoint_ns
+        self.checkpoint_id = checkpoint_id
+        self.channel = channel
+        self.path = path
+        return _where(thread_id, checkpoint_ns, checkpoint_id)
 
 
 class CorruptRowError(ColosseumError):
@@ -406,13 +412,8 @@ class UnregisteredClassError(ValueNotStorableError):
         path: str,
         class_name: str,
     ) -> None:
-        self.thread_id = thread_id
-        self.checkpoint_ns = checkpoint_ns
-        self.checkpoint_id = checkpoint_id
-        self.channel = channel
-        self.path = path
         self.class_name = class_name
-        where = _where(thread_id, checkpoint_ns, checkpoint_id)
+        where = self._place(thread_id, checkpoint_ns, checkpoint_id, channel, path)
         ColosseumError.__init__(
             self,
             f"cannot store channel {channel!r} of {where}: the value at path {path} is a "

@@ -132,6 +132,29 @@ def _batches(
         done += len(rows)
 
 
+def _in_key_order(
+    select: str,
+    cursor_after: Callable[[tuple], dict],
+    first_cursor: dict,
+    batch_size: int,
+    update: Callable[[tuple], Query | None],
+) -> Operation[int]:
+    """Every row of `select`, a page at a time in key order (keyset paging from
+    `first_cursor`, then `cursor_after(last row)`): the rows `update` returns a
+    statement for are rewritten, one transaction per page; returns how many."""
+    done = 0
+    cursor = first_cursor
+    while True:
+        rows = yield Query(select, {**cursor, "limit": batch_size})
+        updates = [query for query in map(update, rows) if query is not None]
+        if updates:
+            yield Transaction(tuple(updates))
+            done += len(updates)
+        if len(rows) < batch_size:
+            return done
+        cursor = cursor_after(rows[-1])
+
+
 def _reseal_row(
     encryption: Encryption,
     update: str,
@@ -190,52 +213,53 @@ def _registry(codec: ValueCodec, batch_size: int, encrypt_plaintext: bool) -> Op
     """The registry rows, every one in thread order: a row is rewritten when one
     of its values is sealed with an older key, or (`encrypt_plaintext`) is
     plaintext where it is to be sealed."""
-    done = 0
-    after = ""
-    while True:
-        rows = yield Query(sql.REKEY_SELECT_REGISTRY, {"after": after, "limit": batch_size})
-        updates = []
-        for thread_id, metadata, values in rows:
-            new_metadata = _reseal_object(codec, thread_id, "metadata", metadata, encrypt_plaintext)
-            new_values = _reseal_object(codec, thread_id, "values", values, encrypt_plaintext)
-            if new_metadata is not None or new_values is not None:
-                params = {
-                    "thread_id": thread_id,
-                    "metadata": new_metadata or metadata,
-                    "values": new_values or values,
-                    "old_metadata": metadata,
-                    "old_values": values,
-                }
-                updates.append(Query(sql.REKEY_UPDATE_REGISTRY, params, fetch=False))
-        if updates:
-            yield Transaction(tuple(updates))
-            done += len(updates)
-        if len(rows) < batch_size:
-            return done
-        after = rows[-1][0]
+
+    def update(row: tuple) -> Query | None:
+        thread_id, metadata, values = row
+        new_metadata = _reseal_object(codec, thread_id, "metadata", metadata, encrypt_plaintext)
+        new_values = _reseal_object(codec, thread_id, "values", values, encrypt_plaintext)
+        if new_metadata is None and new_values is None:
+            return None
+        params = {
+            "thread_id": thread_id,
+            "metadata": new_metadata or metadata,
+            "values": new_values or values,
+            "old_metadata": metadata,
+            "old_values": values,
+        }
+        return Query(sql.REKEY_UPDATE_REGISTRY, params, fetch=False)
+
+    return (
+        yield from _in_key_order(
+            sql.REKEY_SELECT_REGISTRY,
+            lambda row: {"after": row[0]},
+            {"after": ""},
+            batch_size,
+            update,
+        )
+    )
 
 
 def _run_metadata(codec: ValueCodec, batch_size: int, encrypt_plaintext: bool) -> Operation[int]:
     """The registry metadata run records keep for a rollback, as the registry's."""
-    done = 0
-    after = ("", "")
-    while True:
-        rows = yield Query(
+
+    def update(row: tuple) -> Query | None:
+        thread_id, run_id, text = row
+        new = _reseal_object(codec, thread_id, "metadata", text, encrypt_plaintext)
+        if new is None:
+            return None
+        params = {"thread_id": thread_id, "run_id": run_id, "new": new, "old": text}
+        return Query(sql.REKEY_UPDATE_RUN_METADATA, params, fetch=False)
+
+    return (
+        yield from _in_key_order(
             sql.REKEY_SELECT_RUN_METADATA,
-            {"after_thread": after[0], "after_run": after[1], "limit": batch_size},
+            lambda row: {"after_thread": row[0], "after_run": row[1]},
+            {"after_thread": "", "after_run": ""},
+            batch_size,
+            update,
         )
-        updates = []
-        for thread_id, run_id, text in rows:
-            new = _reseal_object(codec, thread_id, "metadata", text, encrypt_plaintext)
-            if new is not None:
-                params = {"thread_id": thread_id, "run_id": run_id, "new": new, "old": text}
-                updates.append(Query(sql.REKEY_UPDATE_RUN_METADATA, params, fetch=False))
-        if updates:
-            yield Transaction(tuple(updates))
-            done += len(updates)
-        if len(rows) < batch_size:
-            return done
-        after = (rows[-1][0], rows[-1][1])
+    )
 
 
 def _reseal_object(
@@ -273,23 +297,25 @@ def _reseal_object(
 def _ledger(codec: ValueCodec, batch_size: int, encrypt_plaintext: bool) -> Operation[int]:
     """The tool ledger's rows, every one in key order: input, output and error
     re-sealed (or sealed, with `encrypt_plaintext`) where they need it."""
-    done = 0
-    after = ""
-    while True:
-        rows = yield Query(sql.REKEY_SELECT_LEDGER, {"after": after, "limit": batch_size})
-        updates = []
-        for key, thread_id, *columns in rows:
-            new = _reseal_ledger_row(codec, key, thread_id, encrypt_plaintext, *columns)
-            if new is not None:
-                old = dict(zip(_LEDGER_COLUMNS, columns))
-                params = {"key": key, **new, **{f"old_{k}": v for k, v in old.items()}}
-                updates.append(Query(sql.REKEY_UPDATE_LEDGER, params, fetch=False))
-        if updates:
-            yield Transaction(tuple(updates))
-            done += len(updates)
-        if len(rows) < batch_size:
-            return done
-        after = rows[-1][0]
+
+    def update(row: tuple) -> Query | None:
+        key, thread_id, *columns = row
+        new = _reseal_ledger_row(codec, key, thread_id, encrypt_plaintext, *columns)
+        if new is None:
+            return None
+        old = dict(zip(_LEDGER_COLUMNS, columns))
+        params = {"key": key, **new, **{f"old_{k}": v for k, v in old.items()}}
+        return Query(sql.REKEY_UPDATE_LEDGER, params, fetch=False)
+
+    return (
+        yield from _in_key_order(
+            sql.REKEY_SELECT_LEDGER,
+            lambda row: {"after": row[0]},
+            {"after": ""},
+            batch_size,
+            update,
+        )
+    )
 
 
 _LEDGER_COLUMNS = ("input", "output", "output_bytes", "output_type", "error")
@@ -349,34 +375,32 @@ def _store_items(
     ((exists,),) = yield Query(sql.REKEY_HAS_STORE)
     if not exists:
         return 0
-    done = 0
-    after = ("", "")
-    while True:
-        rows = yield Query(
+
+    def update(row: tuple) -> Query | None:
+        prefix, key, text = row
+        data = orjson.loads(text)
+        aad = item_aad(prefix, key)
+        if is_sealed_json(data):
+            if data.get("k") == encryption.current:
+                return None
+            try:
+                plain = encryption.open_json(data, aad)
+            except RowSealError as exc:
+                raise StoreItemSealError(namespace_of(prefix), key, exc) from None
+        elif encrypt_plaintext:
+            plain = text
+        else:
+            return None
+        new = orjson.dumps(encryption.seal_json(plain, aad)).decode()
+        params = {"prefix": prefix, "key": key, "new": new, "old": text}
+        return Query(sql.REKEY_UPDATE_STORE, params, fetch=False)
+
+    return (
+        yield from _in_key_order(
             sql.REKEY_SELECT_STORE,
-            {"after_prefix": after[0], "after_key": after[1], "limit": batch_size},
+            lambda row: {"after_prefix": row[0], "after_key": row[1]},
+            {"after_prefix": "", "after_key": ""},
+            batch_size,
+            update,
         )
-        updates = []
-        for prefix, key, text in rows:
-            data = orjson.loads(text)
-            aad = item_aad(prefix, key)
-            if is_sealed_json(data):
-                if data.get("k") == encryption.current:
-                    continue
-                try:
-                    plain = encryption.open_json(data, aad)
-                except RowSealError as exc:
-                    raise StoreItemSealError(namespace_of(prefix), key, exc) from None
-            elif encrypt_plaintext:
-                plain = text
-            else:
-                continue
-            new = orjson.dumps(encryption.seal_json(plain, aad)).decode()
-            params = {"prefix": prefix, "key": key, "new": new, "old": text}
-            updates.append(Query(sql.REKEY_UPDATE_STORE, params, fetch=False))
-        if updates:
-            yield Transaction(tuple(updates))
-            done += len(updates)
-        if len(rows) < batch_size:
-            return done
-        after = (rows[-1][0], rows[-1][1])
+    )
