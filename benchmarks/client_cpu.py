@@ -28,10 +28,8 @@ from typing import Any
 
 from langgraph.checkpoint.memory import InMemorySaver
 from langgraph.checkpoint.postgres.aio import AsyncPostgresSaver
-from psycopg.rows import dict_row
-from psycopg_pool import AsyncConnectionPool
 
-from benchmarks.common import CACHE_PREFIX, Bench, Meter
+from benchmarks.common import CACHE_PREFIX, Bench, Meter, reference_pool
 from benchmarks.conc import _conc_round, conc_graph
 from benchmarks.servers import private_postgres, private_redis
 from langgraph_colosseum import AsyncColosseumSaver
@@ -47,12 +45,7 @@ def log(message: str) -> None:
 async def measure(bench: Bench, redis_url: str, rounds: int, profile: str | None) -> dict:
     out: dict[str, list[dict[str, Any]]] = {}
     async with (
-        AsyncConnectionPool(
-            bench.url,
-            max_size=10,
-            kwargs={"autocommit": True, "prepare_threshold": 0, "row_factory": dict_row},
-            open=False,
-        ) as pool,
+        reference_pool(bench.url, 10) as pool,
         AsyncColosseumSaver.from_conn_string(bench.url, pool_size=10) as ours,
         AsyncColosseumSaver.from_conn_string(
             bench.url, pool_size=10, redis_url=redis_url, cache_prefix=CACHE_PREFIX

@@ -461,6 +461,16 @@ class Skipped(Exception):
     """A cell that cannot run in this run; its reason goes in the report."""
 
 
+def reference_pool(url: str, size: int) -> AsyncConnectionPool:
+    """The pool AsyncPostgresSaver runs on, as langgraph-checkpoint-postgres documents it."""
+    return AsyncConnectionPool(
+        url,
+        max_size=size,
+        kwargs={"autocommit": True, "prepare_threshold": 0, "row_factory": dict_row},
+        open=False,
+    )
+
+
 @contextlib.asynccontextmanager
 async def async_saver(bench: Bench, name: str, pool_size: int):
     if name == AMEMORY:
@@ -471,13 +481,7 @@ async def async_saver(bench: Bench, name: str, pool_size: int):
             yield saver
     elif name == AREF:
         bench.truncate(REF)
-        # As langgraph-checkpoint-postgres documents for a pool.
-        async with AsyncConnectionPool(
-            bench.url,
-            max_size=pool_size,
-            kwargs={"autocommit": True, "prepare_threshold": 0, "row_factory": dict_row},
-            open=False,
-        ) as pool:
+        async with reference_pool(bench.url, pool_size) as pool:
             saver = AsyncPostgresSaver(pool)
             await saver.setup()
             yield saver

@@ -24,11 +24,9 @@ import uuid
 from langgraph.checkpoint.memory import InMemorySaver
 from langgraph.checkpoint.postgres import PostgresSaver
 from langgraph.checkpoint.postgres.aio import AsyncPostgresSaver
-from psycopg.rows import dict_row
-from psycopg_pool import AsyncConnectionPool
 
 import langgraph_colosseum._core.store as store_mod
-from benchmarks.common import CACHE_PREFIX, Bench, Meter
+from benchmarks.common import CACHE_PREFIX, Bench, Meter, reference_pool
 from benchmarks.conc import _conc_round, conc_graph
 from benchmarks.longthread import fill, list_all, loop_graph
 from benchmarks.servers import private_postgres, private_redis
@@ -77,12 +75,7 @@ async def conc(bench, redis_url):
     out = {}
     names = ["memory", "ref", "ours-before", "ours-after", "ours-after+redis"]
     async with (
-        AsyncConnectionPool(
-            bench.url,
-            max_size=10,
-            kwargs={"autocommit": True, "prepare_threshold": 0, "row_factory": dict_row},
-            open=False,
-        ) as pool,
+        reference_pool(bench.url, 10) as pool,
         AsyncColosseumSaver.from_conn_string(bench.url, pool_size=10) as ours,
         AsyncColosseumSaver.from_conn_string(bench.url, pool_size=10) as ours_b,
         AsyncColosseumSaver.from_conn_string(
