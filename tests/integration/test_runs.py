@@ -466,6 +466,40 @@ def test_enqueue_through_pgbouncer_polls(pg_url: str, bouncer_url: str) -> None:
         assert cancelled == []  # nothing left running
 
 
+def test_enqueue_on_a_single_connection_saver_polls(pg_url: str) -> None:
+    """A saver built on one connection (not a pool) has none to spare for LISTEN:
+    its queued run polls, and still runs once the holder lets go."""
+    truncate(pg_url)
+    config = {"configurable": {"thread_id": "single-t"}}
+    entered, release = threading.Event(), threading.Event()
+
+    def hold(msg: str) -> None:
+        if msg == "a":
+            entered.set()
+            release.wait(WAIT)
+
+    with (
+        ColosseumSaver.from_conn_string(pg_url, pool_size=2) as pooled,
+        psycopg.connect(pg_url, autocommit=True) as conn,
+    ):
+        single = ColosseumSaver(conn)
+        first_runs = pooled.runs(echo_graph(pooled, hold), "enqueue")
+        queued_runs = single.runs(echo_graph(single), "enqueue")
+        first = threading.Thread(target=first_runs.invoke, args=({"messages": ["a"]}, config))
+        first.start()
+        assert entered.wait(WAIT)
+        results: list[Any] = []
+        second = threading.Thread(
+            target=lambda: results.append(queued_runs.invoke({"messages": ["b"]}, config))
+        )
+        second.start()
+        wait_until(lambda: pooled.runs.list("single-t", status="pending"))
+        release.set()
+        first.join(WAIT)
+        second.join(WAIT)
+        assert results[0]["messages"] == ["a", "a:answer", "b", "b:answer"]
+
+
 def test_a_queued_run_waits_behind_an_earlier_live_one(pg_url: str) -> None:
     """Guard: a run may not take a free thread while a live run queued before it."""
     truncate(pg_url)
