@@ -631,9 +631,9 @@ COPY_THREAD = (
     """
     INSERT INTO colosseum_writes
         (thread_id, checkpoint_ns, checkpoint_id, task_id, idx, task_path, channel,
-         encoding, value, value_bytes, value_type, state_version)
+         encoding, value, value_bytes, value_type, state_version, run_id)
     SELECT %(target)s, checkpoint_ns, checkpoint_id, task_id, idx, task_path, channel,
-           encoding, value, value_bytes, value_type, state_version
+           encoding, value, value_bytes, value_type, state_version, run_id
     FROM colosseum_writes WHERE thread_id = %(source)s
     ON CONFLICT DO NOTHING
     """,
@@ -671,7 +671,7 @@ FROM colosseum_channel_values WHERE thread_id = %(source)s
 """
 COPY_READ_WRITES = """
 SELECT checkpoint_ns, checkpoint_id, task_id, idx, task_path, channel,
-       encoding, value::text, value_bytes, value_type, state_version
+       encoding, value::text, value_bytes, value_type, state_version, run_id
 FROM colosseum_writes WHERE thread_id = %(source)s
 """
 COPY_READ_HISTORIES = """
@@ -707,15 +707,15 @@ COPY_SEALED = (
     """
     INSERT INTO colosseum_writes
         (thread_id, checkpoint_ns, checkpoint_id, task_id, idx, task_path, channel,
-         encoding, value, value_bytes, value_type, state_version)
+         encoding, value, value_bytes, value_type, state_version, run_id)
     SELECT %(target)s, u.ns, u.id, u.task_id, u.idx, u.task_path, u.channel, u.encoding,
-           u.value::jsonb, u.value_bytes, u.value_type, u.state_version
+           u.value::jsonb, u.value_bytes, u.value_type, u.state_version, u.run_id
     FROM unnest(%(w_ns)s::text[], %(w_ids)s::text[], %(w_tasks)s::text[], %(w_idxs)s::int[],
                 %(w_paths)s::text[], %(w_channels)s::text[], %(w_encodings)s::text[],
                 %(w_jsons)s::text[], %(w_datas)s::bytea[], %(w_types)s::text[],
-                %(w_state_versions)s::int[])
+                %(w_state_versions)s::int[], %(w_runs)s::text[])
          AS u(ns, id, task_id, idx, task_path, channel, encoding, value, value_bytes, value_type,
-              state_version)
+              state_version, run_id)
     ON CONFLICT DO NOTHING
     """,
     """

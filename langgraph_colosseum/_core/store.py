@@ -1066,15 +1066,15 @@ class CheckpointStore:
                 (ns, ch, version, enc, *sealed, base, depth),
             ):  # fmt: skip
                 out.setdefault(name, []).append(item)
-        for ns, cid, task, idx, path, ch, enc, json, data, type_, state_version in writes:
+        for ns, cid, task, idx, path, ch, enc, json, data, type_, state_version, run in writes:
             sealed = reseal(
                 (source, ns, ch), cid, ch, enc, json, data, type_,
                 write_aad, ns, cid, task, idx, path, ch, enc,
             )  # fmt: skip
             for name, item in zip(
                 ("w_ns", "w_ids", "w_tasks", "w_idxs", "w_paths", "w_channels", "w_encodings",
-                 "w_jsons", "w_datas", "w_types", "w_state_versions"),
-                (ns, cid, task, idx, path, ch, enc, *sealed, state_version),
+                 "w_jsons", "w_datas", "w_types", "w_state_versions", "w_runs"),
+                (ns, cid, task, idx, path, ch, enc, *sealed, state_version, run),
             ):  # fmt: skip
                 out.setdefault(name, []).append(item)
         for ns, cid, ch, seq, task, enc, json, data, type_ in histories:
@@ -1595,7 +1595,7 @@ _COPY_ARRAYS = (
     *("c_ns", "c_ids", "c_parents", "c_runs", "c_checkpoints", "c_metadata", "c_created"),
     *("v_ns", "v_channels", "v_versions", "v_encodings", "v_jsons", "v_datas", "v_types"),
     *("v_bases", "v_depths", "w_ns", "w_ids", "w_tasks", "w_idxs", "w_paths", "w_channels"),
-    *("w_encodings", "w_jsons", "w_datas", "w_types", "w_state_versions"),
+    *("w_encodings", "w_jsons", "w_datas", "w_types", "w_state_versions", "w_runs"),
     *("h_ns", "h_ids", "h_channels", "h_seqs"),
     *("h_tasks", "h_encodings", "h_jsons", "h_datas", "h_types"),
 )

@@ -15,6 +15,7 @@ Redis hot head (the `saver` / `asaver` fixtures).
 from __future__ import annotations
 
 import contextvars
+import os
 import subprocess
 import sys
 import threading
@@ -32,7 +33,7 @@ from langgraph.graph import END, START, StateGraph
 from langgraph.graph.message import add_messages
 from typing_extensions import TypedDict
 
-from langgraph_colosseum import AsyncColosseumSaver, ColosseumSaver, Retention
+from langgraph_colosseum import AsyncColosseumSaver, ColosseumSaver, Encryption, Retention
 from langgraph_colosseum.errors import CheckpointDeletedError, ColosseumError
 from tests.conftest import CACHE_PREFIX, redis_url
 
@@ -481,3 +482,37 @@ def test_retention_sweep_under_a_run(pg_url: str, saver: ColosseumSaver) -> None
 
 def test_refusal_is_of_our_hierarchy() -> None:
     assert issubclass(CheckpointDeletedError, ColosseumError)
+
+
+
+def _deleted_run_goes_from_a_copy(saver: ColosseumSaver) -> None:
+    source, copy = f"runc-{uuid.uuid4().hex[:8]}", f"runc-copy-{uuid.uuid4().hex[:8]}"
+    run_id = str(uuid.uuid4())
+    stored = saver.put(cfg(source), empty_checkpoint(), {"source": "input", "step": -1}, {})
+    saver.put_writes(stored, [("x", "others")], "task-0")
+    of_the_run = {**stored, "metadata": {"run_id": run_id}}
+    saver.put_writes(of_the_run, [("x", SECRET), ("__resume__", SECRET)], "task-1")
+    saver.copy_thread(source, copy)
+    saver.delete_for_runs([run_id])
+    for tid in (source, copy):
+        got = saver.get_tuple(cfg(tid))
+        assert got is not None and got.pending_writes == [("task-0", "x", "others")], tid
+
+
+def test_a_deleted_runs_writes_go_from_a_copy_of_its_thread_too(
+    saver: ColosseumSaver, pg_url: str
+) -> None:
+    """delete_for_runs deletes a run wherever its rows are: its checkpoints on
+    a copy of the thread went before; its writes on a checkpoint it did not
+    make (a resume value, a first step's output) must go from the copy too, or
+    the copy's next run takes them as its own."""
+    _deleted_run_goes_from_a_copy(saver)
+    assert secret_in_postgres(pg_url) == []
+
+
+def test_a_deleted_runs_writes_go_from_an_encrypted_copy_too(pg_url: str) -> None:
+    """The same through copy_thread's encrypted path (rows opened and sealed
+    again for the copy), which builds the copy's rows in Python."""
+    encryption = Encryption({"k1": os.urandom(32)})
+    with ColosseumSaver.from_conn_string(pg_url, encryption=encryption) as saver:
+        _deleted_run_goes_from_a_copy(saver)
