@@ -484,7 +484,6 @@ def test_refusal_is_of_our_hierarchy() -> None:
     assert issubclass(CheckpointDeletedError, ColosseumError)
 
 
-
 def _deleted_run_goes_from_a_copy(saver: ColosseumSaver) -> None:
     source, copy = f"runc-{uuid.uuid4().hex[:8]}", f"runc-copy-{uuid.uuid4().hex[:8]}"
     run_id = str(uuid.uuid4())

@@ -39,6 +39,7 @@ import pytest
 import redis
 from langgraph.checkpoint.base import empty_checkpoint
 from langgraph.graph import END, START, StateGraph
+from langgraph.types import Command, interrupt
 from typer.testing import CliRunner
 from typing_extensions import TypedDict
 
@@ -593,3 +594,29 @@ def test_a_refused_put_of_a_deleted_run_leaves_the_holders_row(pg_url: str) -> N
                 "SELECT run_owner FROM colosseum_threads WHERE thread_id = 'fresh-t'"
             ).fetchall()
         assert owner == [("holder",)]
+
+
+def test_a_run_that_stops_at_the_graphs_own_interrupt_succeeded(pg_url: str) -> None:
+    """A run that ends at interrupt() did what the graph asked: its record is
+    `success` (LangGraph Platform's `interrupted` means stopped by another run
+    or cancelled, as ours), the thread waits as `interrupted`, and the run that
+    resumes it ends the wait."""
+
+    def ask(state: Chat) -> dict:
+        return {"messages": [f"reply:{interrupt('your reply?')}"]}
+
+    builder = StateGraph(Chat)
+    builder.add_node("ask", ask)
+    builder.add_edge(START, "ask")
+    builder.add_edge("ask", END)
+    truncate(pg_url)
+    config = {"configurable": {"thread_id": "asks"}}
+    with ColosseumSaver.from_conn_string(pg_url) as saver:
+        runs = saver.runs(builder.compile(checkpointer=saver), "reject")
+        runs.invoke({"messages": ["hi"]}, config)
+        [asked] = saver.runs.list("asks")
+        assert asked.status == "success"
+        assert saver.threads.get("asks").status == "interrupted"
+        assert runs.invoke(Command(resume="yes"), config)["messages"] == ["hi", "reply:yes"]
+        assert [r.status for r in saver.runs.list("asks")] == ["success", "success"]
+        assert saver.threads.get("asks").status == "idle"
