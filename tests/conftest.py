@@ -92,6 +92,16 @@ def flush_cache(url: str | None = None, prefix: str = CACHE_PREFIX) -> None:
         client.close()
 
 
+def pytest_sessionfinish(session: pytest.Session, exitstatus: int) -> None:
+    """Leave the shared Redis as this session found it: the heads under this
+    session's prefix would otherwise stay until their TTL (an hour)."""
+    if os.environ.get("COLOSSEUM_TEST_REDIS_URL") or redis_url.cache_info().currsize:
+        try:
+            flush_cache()
+        except redis.RedisError:
+            pass  # Redis went away: its keys went with it, or will expire
+
+
 CACHE_MODES = ["postgres", "redis"]
 # The cache modes, and Postgres alone through PgBouncer in transaction mode.
 CONNECTION_MODES = [*CACHE_MODES, "pgbouncer"]
