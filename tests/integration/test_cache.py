@@ -336,6 +336,25 @@ def test_idle_heads_expire_and_postgres_still_answers(pg_url: str, truth: Coloss
     client.close()
 
 
+def test_reads_never_extend_a_heads_life(pg_url: str, truth: ColosseumSaver) -> None:
+    """README: the hash "expires `hot_ttl` after the last write that reached it
+    (reads never extend it)": a head polled by a UI goes when writes stop."""
+    from tests.conftest import redis_url
+
+    client = redis.Redis.from_url(redis_url())
+    with worker(pg_url, client, hot_ttl=timedelta(seconds=60)) as saver:
+        graph = chat_graph(saver)
+        graph.invoke(say("hello"), thread("polled"))
+        key = saver._store.hot.thread_key("polled")
+        while (before := client.pttl(key)) > 59_900:  # a read that extended it would show
+            time.sleep(0.01)
+        for _ in range(5):
+            assert graph.get_state(thread("polled")).values["turns"] == 1
+        assert 0 < client.pttl(key) <= before
+        assert_fresh(saver, truth, "polled")
+    client.close()
+
+
 def test_one_key_per_hot_thread_and_no_garbage(pg_url: str, cache_client: Any) -> None:
     """Bounded memory: each thread is one hash holding only what its head needs."""
     with worker(pg_url, cache_client, cache_prefix=PREFIX + "bounded:") as saver:

@@ -30,12 +30,17 @@ def test_production_defaults() -> None:
         "application_name": "langgraph-colosseum",
     }
     arguments = pool_arguments(URL, PoolSettings(), asynchronous=False)
-    assert {k: arguments[k] for k in ("min_size", "max_size", "max_idle", "max_lifetime")} == {
+    named = ("min_size", "max_size", "max_idle", "max_lifetime", "timeout", "max_waiting")
+    assert {k: arguments[k] for k in (*named, "reconnect_timeout")} == {
         "min_size": 1,
         "max_size": 10,
         "max_idle": 300.0,
         "max_lifetime": 3600.0,
+        "timeout": 30.0,
+        "max_waiting": 0,
+        "reconnect_timeout": 300.0,
     }
+    assert PoolSettings().check_idle_after == 5.0  # the README's Configuration table
     assert callable(arguments["check"])
 
 
