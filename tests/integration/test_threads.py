@@ -477,6 +477,24 @@ def _seed_search_threads(saver: ColosseumSaver) -> None:
         flaky.invoke({"ticker": "TSLA"}, cfg("s-rates-err", desk="rates", priority=3))
 
 
+def test_search_finds_root_values_up_to_1_kb_each(saver: ColosseumSaver) -> None:
+    """README: the registry keeps "the root channel values of up to 1 KB each,
+    for search": a value whose JSON text is 1,024 bytes is found, one byte
+    more is not, and a value that grows past the bound leaves the index."""
+    ticker = ticker_graph(saver)
+    at_bound, over = "A" * 1022, "B" * 1023  # JSON text: 1,024 and 1,025 bytes
+    ticker.invoke({"ticker": at_bound}, cfg("kb-at"))
+    ticker.invoke({"ticker": over}, cfg("kb-over"))
+    ticker.invoke({"ticker": "small"}, cfg("kb-grows"))
+    search = saver.threads.search
+    assert ids(search(values={"ticker": at_bound})) == ["kb-at"]
+    assert ids(search(values={"ticker": over})) == []
+    assert ids(search(values={"ticker": "small"})) == ["kb-grows"]
+    ticker.invoke({"ticker": over}, cfg("kb-grows"))
+    assert ids(search(values={"ticker": "small"})) == []
+    assert ids(search(values={"ticker": over})) == []
+
+
 def test_search_filters_sync(saver: ColosseumSaver) -> None:
     _seed_search_threads(saver)
     search = saver.threads.search
