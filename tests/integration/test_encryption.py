@@ -480,3 +480,43 @@ def test_rekey_command(pg_url: str, monkeypatch: pytest.MonkeyPatch) -> None:
     monkeypatch.setenv("COLOSSEUM_ENCRYPTION_KEYS", "k2:not base64!")
     bad = runner.invoke(app, ["rekey"])
     assert bad.exit_code == 2 and "not base64" in bad.output
+
+
+def test_export_writes_plaintext_and_import_seals_it_again(
+    pg_url: str, monkeypatch: pytest.MonkeyPatch, tmp_path
+) -> None:
+    """README: with the keys, `colosseum export` writes the thread decrypted and
+    `colosseum import` seals it again: the copy reads back as the original, and
+    nothing of it is stored readable."""
+    import base64
+
+    from typer.testing import CliRunner
+
+    from langgraph_colosseum.cli import app
+
+    truncate(pg_url)
+    secret = f"SECRET-{uuid.uuid4().hex}"
+    with open_saver(pg_url, "postgres", keys()) as saver:
+        _chat(saver, "enc-exp", secret)
+    monkeypatch.setenv("COLOSSEUM_DATABASE_URL", pg_url)
+    for name in ("COLOSSEUM_REDIS_URL", "REDIS_URL"):
+        monkeypatch.delenv(name, raising=False)
+    monkeypatch.setenv("COLOSSEUM_ENCRYPTION_KEYS", f"k1:{base64.b64encode(KEY_1).decode()}")
+    runner, exported = CliRunner(), tmp_path / "thread.jsonl"
+    result = runner.invoke(app, ["export", "enc-exp", "-o", str(exported)])
+    assert result.exit_code == 0, result.output
+    assert secret in exported.read_text()  # decrypted, as the README warns
+    result = runner.invoke(app, ["import", str(exported), "--thread", "enc-imp"])
+    assert result.exit_code == 0, result.output
+    assert secret not in _database_text(pg_url)
+
+    def history(saver: ColosseumSaver, thread_id: str) -> list[str]:
+        return [
+            repr((t.checkpoint["channel_values"], t.metadata, t.pending_writes))
+            for t in saver.list({"configurable": {"thread_id": thread_id}})
+        ]
+
+    with open_saver(pg_url, "postgres", keys()) as saver:
+        original = history(saver, "enc-exp")
+        assert secret in "".join(original)
+        assert history(saver, "enc-imp") == original
