@@ -358,3 +358,46 @@ async def _async_transaction_checks(pg_url: str) -> None:
         loop = asyncio.get_running_loop()
         # The blocking twin sends each operation to the saver's loop from a thread.
         await loop.run_in_executor(None, _transaction_checks, saver._run)
+
+
+def test_a_put_chosen_as_a_deadlock_victim_is_rerun(pg_url: str) -> None:
+    """README: "Transactions that deadlock ... are rerun automatically". A
+    session holds the thread's registry row; the saver's put takes its
+    thread lock and waits for that row; the session then asks for the thread
+    lock. Postgres breaks the cycle by aborting the put (the session waits
+    for a deadlock check 60 times longer), and the put, rerun, is stored."""
+    from langgraph_colosseum._core.sql import THREAD_LOCK_CLASS
+
+    tid = "deadlocked"
+    with ColosseumSaver.from_conn_string(pg_url, pool_size=2) as saver:
+        first = saver.put(thread(tid), empty_checkpoint(), {"step": -1}, {})
+        holder = psycopg.connect(pg_url)
+        holder.execute("SET LOCAL deadlock_timeout = '60s'")
+        holder.execute("UPDATE colosseum_threads SET status = status WHERE thread_id = %s", [tid])
+        outcome: list = []
+
+        def put() -> None:
+            try:
+                outcome.append(saver.put(first, empty_checkpoint(), {"step": 0}, {}))
+            except Exception as exc:  # what the caller would see
+                outcome.append(exc)
+
+        writer = threading.Thread(target=put)
+        writer.start()
+        with psycopg.connect(pg_url, autocommit=True) as watch:
+            while not watch.execute(  # the put holds the thread lock and waits for the row
+                "SELECT count(*) FROM pg_locks l JOIN pg_locks r ON r.pid = l.pid "
+                "WHERE l.locktype = 'advisory' AND l.classid::bigint = %s AND l.granted "
+                "AND NOT r.granted AND l.pid <> %s",
+                [THREAD_LOCK_CLASS, holder.info.backend_pid],
+            ).fetchone()[0]:
+                writer.join(0.01)
+        holder.execute(
+            "SELECT pg_advisory_xact_lock(%s, hashtext(%s))", [THREAD_LOCK_CLASS, tid]
+        )  # returns once Postgres aborted the put's transaction
+        holder.commit()
+        holder.close()
+        writer.join(60)
+        assert len(outcome) == 1 and not isinstance(outcome[0], Exception), outcome
+        stored = saver.get_tuple(thread(tid))
+        assert stored.config == outcome[0] and stored.metadata["step"] == 0
