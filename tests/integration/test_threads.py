@@ -537,6 +537,34 @@ def test_search_filters_sync(saver: ColosseumSaver) -> None:
     assert ids(search(values={"ticker": "MSFT"})) == ["s-eq-aapl", "s-eq-msft"]
 
 
+def test_updated_at_moves_at_most_once_a_second(saver: ColosseumSaver, pg_url: str) -> None:
+    """README: `updated_at` (search's order) moves at most once a second, so the
+    other puts of a run leave the indexed column alone. Set by hand instead
+    of waiting (no timing to race): a stamp newer than a second ago (here,
+    ahead of the clock) stays, one 2 s old moves."""
+    graph = ticker_graph(saver)
+    graph.invoke({"ticker": "AAPL"}, cfg("stamp"))
+
+    def stamp_after_a_put(age: str) -> tuple[Any, Any]:
+        with psycopg.connect(pg_url, autocommit=True) as conn:
+            before = conn.execute(
+                "UPDATE colosseum_threads SET updated_at = now() - %s::interval "
+                "WHERE thread_id = 'stamp' RETURNING updated_at",
+                [age],
+            ).fetchone()[0]
+            graph.invoke({"ticker": "MSFT"}, cfg("stamp"))
+            after = conn.execute(
+                "SELECT updated_at FROM colosseum_threads WHERE thread_id = 'stamp'"
+            ).fetchone()[0]
+        return before, after
+
+    before, after = stamp_after_a_put("-10 seconds")
+    assert after == before
+    before, after = stamp_after_a_put("2 seconds")
+    assert after > before
+    assert saver.threads.get("stamp").updated_at == after
+
+
 async def test_search_filters_async(asaver: AsyncColosseumSaver) -> None:
     ticker = ticker_graph(asaver)
     approval = approval_graph(asaver)
