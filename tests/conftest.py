@@ -29,6 +29,7 @@ from hypothesis import HealthCheck, settings
 from psycopg import conninfo
 
 from langgraph_colosseum import AsyncColosseumSaver, ColosseumSaver
+from langgraph_colosseum.cache import client_options
 from tests.integration.pgbouncer import PgBouncer
 from tests.integration.redis_servers import RedisCluster
 from tests.integration.store_support import fresh_database
@@ -100,6 +101,14 @@ def pytest_sessionfinish(session: pytest.Session, exitstatus: int) -> None:
             flush_cache()
         except redis.RedisError:
             pass  # Redis went away: its keys went with it, or will expire
+
+
+@pytest.fixture
+def shared_client() -> Iterator[redis.Redis]:
+    """The shared Redis, as two applications would both use it (same key prefix)."""
+    client = redis.Redis.from_url(redis_url(), **client_options())
+    yield client
+    client.close()
 
 
 CACHE_MODES = ["postgres", "redis"]

@@ -38,6 +38,7 @@ from pathlib import Path
 ROOT = Path(__file__).resolve().parents[1]
 GUARD_TESTS = "tests/integration/test_guards.py"
 HOT_TRUTH = "tests/integration/test_hot_truth.py"
+RECOVERY = "tests/integration/test_recovery.py"
 STORE_HOT = "tests/integration/test_store_hot.py"
 RUNS = "tests/integration/test_runs.py"
 RUNS_STOPPED = "tests/integration/test_runs_stopped.py"
@@ -255,7 +256,10 @@ GUARDS: list[Guard] = [
         file="langgraph_colosseum/_core/store.py",
         original="if incarnation is None or incarnation != self.hot.incarnation:",
         mutant="if False:",
-        tests=(f"{HOT_TRUTH}::test_recovery_that_empties_the_token_moves_to_new_keys",),
+        tests=(
+            f"{RECOVERY}::test_crash_recovery_moves_every_worker_to_new_keys",
+            f"{RECOVERY}::test_a_promoted_replica_moves_every_worker_to_new_keys",
+        ),
     ),
     Guard(
         name="hot head: a head a write could not update is recorded stale in Postgres",

@@ -294,14 +294,6 @@ def orphans(url: str) -> int:
         ).fetchone()[0]
 
 
-@pytest.fixture
-def shared_client() -> Iterator[redis.Redis]:
-    """The shared Redis, as two applications would both use it (same key prefix)."""
-    client = redis.Redis.from_url(redis_url(), **client_options())
-    yield client
-    client.close()
-
-
 def test_two_databases_on_one_redis_never_see_each_others_heads(
     databases: Any, shared_client: redis.Redis
 ) -> None:
@@ -367,37 +359,6 @@ def test_a_restored_database_serves_what_the_restore_holds(
         assert graph.get_state(thread("t1")).values["turns"] == 3
     assert "rolled back" not in stored_text(target)
     assert orphans(target) == 0
-
-
-def test_recovery_that_empties_the_token_moves_to_new_keys(
-    databases: Any, shared_client: redis.Redis
-) -> None:
-    """Crash recovery, point-in-time recovery and replica promotion empty UNLOGGED
-    tables: the token goes, and with it every head of the old incarnation."""
-    url = databases()
-    with worker(url, shared_client) as live:
-        graph = chat_graph(live)
-        for i in range(3):
-            graph.invoke(say(f"q{i}"), thread("t1"))
-        old_key = head_key(live, "t1")
-        with psycopg.connect(url, autocommit=True) as conn:
-            # What a point-in-time recovery to before the last turn does.
-            conn.execute("TRUNCATE colosseum_incarnation")
-            latest = conn.execute(
-                "SELECT max(checkpoint_id) FROM colosseum_checkpoints WHERE thread_id = 't1'"
-            ).fetchone()[0]
-            conn.execute("DELETE FROM colosseum_checkpoints WHERE checkpoint_id = %s", [latest])
-        with (
-            ColosseumSaver.from_conn_string(url, pool_size=1) as truth,
-            worker(url, shared_client) as restarted,
-        ):
-            assert truth.get_tuple(thread("t1")).metadata["step"] == 6  # the last one went
-            assert_fresh(restarted, truth, "t1")
-            assert head_key(restarted, "t1") != old_key
-            # A worker that lived through it moves over at its next write.
-            chat_graph(live).invoke(say("after"), thread("other"))
-            assert head_key(live, "t1") == head_key(restarted, "t1")
-            assert_fresh(live, truth, "t1")
 
 
 # ------------------------------------------------------------ 2: bounded staleness

@@ -12,11 +12,8 @@ from __future__ import annotations
 
 import datetime
 import ipaddress
-import os
-import pwd
 import shutil
 import signal
-import socket
 import subprocess
 import tempfile
 import time
@@ -29,22 +26,20 @@ from cryptography.hazmat.primitives import hashes, serialization
 from cryptography.hazmat.primitives.asymmetric import ec
 from cryptography.x509.oid import NameOID
 
-POSTGRES_BIN = Path("/usr/lib/postgresql/15/bin")
-# initdb and postgres refuse to run as root (CI runs as root): they run as the
-# account Debian's postgresql package made, which then owns their files.
-RUN_AS = "postgres"
+from tests.integration.pg_servers import (
+    POSTGRES_BIN,
+    free_port,
+    give,
+    run_as_server,
+    server_account,
+)
+
 # What the hot head's Redis user needs, and no more (README, Security): hashes
 # and scripts, key expiry and deletion, the server's clock; SCAN for the tests'
 # own cleanup.
 HOT_HEAD_ACL = "-@all +@hash +@scripting +ping +hello +auth +del +exists +pexpire +time +scan"
 # Seconds a new TLS connection to the private Redis, or a reply, may take (see TlsRedis.url).
 TIMEOUT = 5
-
-
-def free_port() -> int:
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        return s.getsockname()[1]
 
 
 def _name(common_name: str) -> x509.Name:
@@ -128,16 +123,6 @@ class CertificateAuthority:
         return cert_file, key_file
 
 
-def _account() -> pwd.struct_passwd | None:
-    return pwd.getpwnam(RUN_AS) if os.geteuid() == 0 else None
-
-
-def _give(path: Path, account: pwd.struct_passwd | None) -> None:
-    if account is not None:
-        for item in [path, *path.rglob("*")]:
-            os.chown(item, account.pw_uid, account.pw_gid)
-
-
 class TlsPostgres:
     """A private PostgreSQL 15 cluster: TLS only, SCRAM-SHA-256, on a free loopback port.
 
@@ -175,7 +160,7 @@ class TlsPostgres:
         return f"host={self.directory} port={self.port} user=postgres dbname=postgres"
 
     def start(self) -> TlsPostgres:
-        account = _account()
+        account = server_account()
         cert, key = self.ca.issue("postgres", [self.hostname], self.directory)
         hba = self.directory / "pg_hba.conf"
         # No `host` line: a connection without TLS has no entry and is refused.
@@ -185,14 +170,9 @@ class TlsPostgres:
             "hostssl all all ::1/128 scram-sha-256\n"
         )
         self.data.mkdir()
-        _give(self.directory, account)
+        give(self.directory, account)
         user = account.pw_name if account else None
-        subprocess.run(
-            [str(POSTGRES_BIN / "initdb"), "-D", str(self.data), "-U", "postgres", "-A", "trust"],
-            check=True,
-            capture_output=True,
-            user=user,
-        )
+        run_as_server(POSTGRES_BIN / "initdb", "-D", self.data, "-U", "postgres", "-A", "trust")
         self.process = subprocess.Popen(
             [
                 str(POSTGRES_BIN / "postgres"),
