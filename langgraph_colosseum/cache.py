@@ -69,15 +69,36 @@ def client_options() -> dict[str, Any]:
     }
 
 
-def client_from_url(url: str) -> redis.Redis:
-    """A blocking client for `url` (see `client_options`)."""
+def is_cluster_node(url: str) -> bool:
+    """Whether the server at `url` is a node of a Redis Cluster (INFO cluster).
+
+    A URL names one server, and a Cluster needs a client that sends each key
+    to the master owning its slot: asked once, when a client is made from a
+    URL. A server that does not answer (down, or an ACL without INFO) is taken
+    for a plain one: give such a Cluster's client as `cache=`.
+    """
+    try:
+        with redis.Redis.from_url(url, **client_options()) as probe:
+            return bool(probe.info("cluster").get("cluster_enabled"))
+    except redis.RedisError:
+        return False
+
+
+def client_from_url(url: str) -> redis.Redis | redis.cluster.RedisCluster:
+    """A blocking client for `url` (see `client_options`); a RedisCluster when
+    `url` names a node of a Cluster (see `is_cluster_node`)."""
+    if is_cluster_node(url):
+        return redis.cluster.RedisCluster.from_url(url, **client_options())
     return redis.Redis.from_url(url, **client_options())
 
 
-def async_client_from_url(url: str) -> redis.asyncio.Redis:
-    """An asyncio client for `url` (see `client_options`)."""
+def async_client_from_url(url: str) -> redis.asyncio.Redis | redis.asyncio.cluster.RedisCluster:
+    """An asyncio client for `url` (see `client_options`); a RedisCluster when
+    `url` names a node of a Cluster (asked with a blocking call, once)."""
     options = client_options()
     options["retry"] = AsyncRetry(NoBackoff(), 0)
+    if is_cluster_node(url):
+        return redis.asyncio.cluster.RedisCluster.from_url(url, **options)
     return redis.asyncio.Redis.from_url(url, **options)
 
 

@@ -492,6 +492,56 @@ def test_flushed_evicting_and_slow_redis_serve_no_wrong_data(
         server.stop()
 
 
+def heads_per_master(cluster: RedisCluster, saver: ColosseumSaver) -> list[int]:
+    """How many keys of the saver's database incarnation each master holds."""
+    assert saver._store.hot is not None
+    pattern = saver._store.hot.key_pattern()
+    counts = []
+    for node in cluster.nodes:
+        with node.client() as client:
+            counts.append(sum(1 for _ in client.scan_iter(match=pattern, count=1000)))
+    return counts
+
+
+def test_a_saver_made_from_a_cluster_nodes_url_uses_the_cluster(
+    pg_url: str, cluster: RedisCluster, truth: ColosseumSaver, caplog: pytest.LogCaptureFixture
+) -> None:
+    """`redis_url=` (or COLOSSEUM_REDIS_URL) naming one node of a Redis Cluster:
+    the heads go to the master owning each thread's slot, and reads are served
+    by them, with no Redis error."""
+    truncate(pg_url)
+    caplog.set_level(logging.WARNING, logger="langgraph_colosseum")
+    with ColosseumSaver.from_conn_string(
+        pg_url, redis_url=cluster.nodes[2].url, cache_prefix=PREFIX
+    ) as saver:
+        graph = chat_graph(saver)
+        for i in range(12):
+            graph.invoke(say(f"q{i}"), thread(f"url-{i}"))
+        assert all(heads_per_master(cluster, saver)), "the heads are spread over the masters"
+        sent: list[Any] = []
+        perform = saver._perform
+        saver._perform = lambda request: sent.append(request) or perform(request)  # type: ignore[method-assign]
+        for i in range(12):
+            assert_fresh(saver, truth, f"url-{i}")
+        assert sent and all(isinstance(r, (CacheCall, CacheDrop)) for r in sent)
+
+    async def asynchronously() -> None:
+        async with AsyncColosseumSaver.from_conn_string(
+            pg_url, redis_url=cluster.nodes[2].url, cache_prefix=PREFIX
+        ) as saver:
+            graph = chat_graph(saver)
+            for i in range(12):
+                await graph.ainvoke(say(f"q{i}"), thread(f"url-{i}"))
+            counted = record_requests(saver)
+            for i in range(12):
+                got = await saver.aget_tuple(thread(f"url-{i}"))
+                assert got == truth.get_tuple(thread(f"url-{i}"))
+            assert all(isinstance(r, (CacheCall, CacheDrop)) for r in counted)
+
+    asyncio.run(asynchronously())
+    assert not caplog.records, [r.getMessage() for r in caplog.records]
+
+
 # ------------------------------------------------------------------ async
 
 

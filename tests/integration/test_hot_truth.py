@@ -31,12 +31,13 @@ from langgraph_colosseum.cache import RedisCache, client_options
 from langgraph_colosseum.cli import app
 from langgraph_colosseum.errors import InvalidConfigError
 from tests.conftest import TRUNCATE, redis_url, server_url, truncate
-from tests.integration.redis_servers import RedisServer
+from tests.integration.redis_servers import RedisCluster, RedisServer
 from tests.integration.test_cache import (
     PREFIX,
     CountingCursor,
     assert_fresh,
     chat_graph,
+    heads_per_master,
     say,
     thread,
     worker,
@@ -538,6 +539,31 @@ def test_cache_flush_after_a_restore_that_keeps_the_incarnation(
         before_flush = CountingCursor.statements
         assert texts(chat_graph(other), "t1") == ["the neighbour", "answer 0"]
         assert CountingCursor.statements == before_flush, "the neighbour's head was kept"
+
+
+def test_cache_flush_on_a_cluster_drops_the_heads_on_every_master(
+    databases: Any, cluster: RedisCluster, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """`colosseum cache flush` given the URL of one node of a Redis Cluster (as
+    COLOSSEUM_REDIS_URL is, for the savers too): the database's heads go from
+    every master, and another database's stay."""
+    url, neighbour = databases(), databases()
+    client = cluster.client()
+    with worker(url, client) as mine, worker(neighbour, client) as other:
+        for i in range(12):
+            chat_graph(mine).invoke(say("mine"), thread(f"t{i}"))
+        for i in range(3):
+            chat_graph(other).invoke(say("the neighbour"), thread(f"t{i}"))
+        assert all(heads_per_master(cluster, mine)), "the heads are spread over the masters"
+        kept = heads_per_master(cluster, other)
+        monkeypatch.setenv("COLOSSEUM_DATABASE_URL", url)
+        monkeypatch.setenv("COLOSSEUM_REDIS_URL", cluster.nodes[1].url)
+        result = CliRunner().invoke(app, ["cache", "flush", "--prefix", PREFIX])
+        assert result.exit_code == 0, result.output
+        assert "dropped 12 " in result.output
+        assert heads_per_master(cluster, mine) == [0, 0, 0]
+        assert heads_per_master(cluster, other) == kept
+    client.close()
 
 
 # ------------------------------------------------------------ scripts flushed
