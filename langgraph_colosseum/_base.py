@@ -90,9 +90,13 @@ class ColosseumSaverBase(BaseCheckpointSaver[str], abc.ABC, Generic[ThreadsT]):
         hot_ttl: timedelta = DEFAULT_HOT_TTL,
         cache_prefix: str = KEY_PREFIX,
         encryption: Encryption | None = None,
+        on_conflict: str | None = None,
     ) -> None:
         """`cache`: the driver's Redis client for the hot head, or None for none.
-        `encryption`: AES-256-GCM keys sealing every stored value (_core/crypt.py)."""
+        `encryption`: AES-256-GCM keys sealing every stored value (_core/crypt.py).
+        `on_conflict="raise"`: of two runs that continue from the same latest
+        checkpoint, the second to write gets ThreadConflictError (README,
+        "Optimistic concurrency"); None (the default): no check."""
         self.types: TypeRegistry = default_registry()
         for cls in types:
             self.types.register(cls)
@@ -108,6 +112,11 @@ class ColosseumSaverBase(BaseCheckpointSaver[str], abc.ABC, Generic[ThreadsT]):
             page_size=page_size,
             snapshot_every=snapshot_every,
         )
+        if on_conflict not in (None, "raise"):
+            raise InvalidConfigError(
+                f'on_conflict must be "raise" or None, got {on_conflict!r}'
+            )
+        self._store.on_conflict = on_conflict == "raise"
         self._refuse_unregistered(())
         self.retention = retention
         self._store.thread_ttl = retention.thread_ttl if retention else None

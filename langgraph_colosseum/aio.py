@@ -77,6 +77,7 @@ class AsyncColosseumSaver(ColosseumSaverBase[AsyncThreads]):
         cache_prefix: str = KEY_PREFIX,
         pgbouncer: bool = False,
         encryption: Encryption | None = None,
+        on_conflict: str | None = None,
     ) -> None:
         """`cache`: a `redis.asyncio.Redis` or `RedisCluster` for the hot head (see
         `ColosseumSaver`)."""
@@ -90,6 +91,7 @@ class AsyncColosseumSaver(ColosseumSaverBase[AsyncThreads]):
             hot_ttl=hot_ttl,
             cache_prefix=cache_prefix,
             encryption=encryption,
+            on_conflict=on_conflict,
         )
         if pgbouncer:
             require_transaction_mode_safe(conn)

@@ -340,6 +340,48 @@ class CheckpointDeletedError(ColosseumError):
         )
 
 
+class ThreadConflictError(ColosseumError):
+    """Another worker continued the same head first (`on_conflict="raise"`).
+
+    This run read `continued_from` as the thread's latest checkpoint; by the
+    time it wrote, another run had written to that checkpoint or moved the
+    head past it (`head`). Postgres refused the write in the statement that
+    would have stored it: nothing of this write, nor of this run's writes
+    after it, was stored. The other run's steps stay on the head's branch.
+    Read the thread again (its latest state) and retry on it.
+    """
+
+    def __init__(
+        self,
+        *,
+        thread_id: str,
+        checkpoint_ns: str,
+        continued_from: str | None,
+        head: str | None,
+        operation: str,
+    ) -> None:
+        self.thread_id = thread_id
+        self.checkpoint_ns = checkpoint_ns
+        self.continued_from = continued_from
+        self.head = head
+        self.operation = operation
+        ns = f", namespace {checkpoint_ns!r}" if checkpoint_ns else ""
+        start = (
+            f"checkpoint {continued_from!r}" if continued_from else "no checkpoint (a new thread)"
+        )
+        now = (
+            f"the head is now {head!r}"
+            if head and head != continued_from
+            else "another run has written to that checkpoint"
+        )
+        super().__init__(
+            f"refused {operation} on thread {thread_id!r}{ns}: this run continued from "
+            f"{start}, but another run continued from it first "
+            f"({now}). Nothing of this write was stored. Read the thread's latest state "
+            "again and retry on it."
+        )
+
+
 class RunInterruptedError(ColosseumError):
     """A run of `saver.runs(graph)` was stopped before it finished.
 

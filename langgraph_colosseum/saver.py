@@ -78,6 +78,7 @@ class ColosseumSaver(ColosseumSaverBase[Threads]):
         cache_prefix: str = KEY_PREFIX,
         pgbouncer: bool = False,
         encryption: Encryption | None = None,
+        on_conflict: str | None = None,
     ) -> None:
         """`cache`: a `redis.Redis` or `redis.cluster.RedisCluster` for the hot head;
         its keys are `cache_prefix` + `{thread_id}`, and idle ones expire after `hot_ttl`."""
@@ -91,6 +92,7 @@ class ColosseumSaver(ColosseumSaverBase[Threads]):
             hot_ttl=hot_ttl,
             cache_prefix=cache_prefix,
             encryption=encryption,
+            on_conflict=on_conflict,
         )
         if pgbouncer:
             require_transaction_mode_safe(conn)

@@ -14,15 +14,24 @@ one per run, and its subgraphs share it). So, per run, this process keeps:
   succeed; when the run dies, those writes are deleted (`sql.BURY_ORPHAN_WRITES`)
   once its writes in flight (`inflight`) have landed.
 
+* with `on_conflict="raise"` (see sql._OPTIMISTIC): the run's token (`writer`,
+  the claim its writes leave), how its first read of each (thread, namespace)
+  asked (the latest checkpoint, or one it named) and what it found, and the
+  conflict that refused it (`refusal`: its later writes raise it again).
+
 Only the newest `RUNS_KEPT` runs are remembered; a run forgotten here is still
-refused by Postgres for every write that names a deleted checkpoint.
+refused by Postgres for every write that names a deleted checkpoint (and,
+with on_conflict, its writes are no longer checked: it forks, as a run that
+named its checkpoint).
 """
 
 from __future__ import annotations
 
 import threading
+import uuid
 from collections import OrderedDict, deque
-from typing import Any
+from collections.abc import Callable
+from typing import Any, NamedTuple
 
 from langchain_core.runnables import RunnableConfig
 from langgraph._internal._constants import CONFIG_KEY_RUNTIME
@@ -34,6 +43,14 @@ _STORED_KEPT = 16
 CheckpointKey = tuple[str, str, str]  # thread_id, checkpoint_ns, checkpoint_id
 
 
+class Read(NamedTuple):
+    """A run's first read of a (thread, namespace): what it continues from."""
+
+    latest: bool  # it asked for the latest checkpoint (no checkpoint_id)
+    checkpoint_id: str | None  # what it found (None: the namespace had none)
+    claim: str | None  # the claim it saw on that checkpoint (see sql._OPTIMISTIC)
+
+
 class RunWrites:
     """One run's writes, as seen by this process."""
 
@@ -43,6 +60,33 @@ class RunWrites:
         self.dead = False
         self.pending: set[CheckpointKey] = set()
         self.stored: deque[CheckpointKey] = deque(maxlen=_STORED_KEPT)
+        # on_conflict: the checkpoints whose put this run sent, newest last
+        # (noted before the statement: it may commit before the call returns)
+        self.sent: deque[CheckpointKey] = deque(maxlen=_STORED_KEPT)
+        self.writer = uuid.uuid4().hex  # the claim this run's writes leave (on_conflict)
+        self.reads: dict[tuple[str, str], Read] = {}
+        # the conflict that refused this run: its later writes raise it again
+        self.refusal: Callable[[str], Exception] | None = None
+
+    def note_read(self, thread_id: str, checkpoint_ns: str, read: Read) -> None:
+        """Only the first read counts: it is the loop's own load of its
+        checkpoint. A run that named a checkpoint reads the latest one next
+        (LangGraph's checkpoint_superseded), and still forks."""
+        with self._lock:
+            self.reads.setdefault((thread_id, checkpoint_ns), read)
+
+    def read_of(self, thread_id: str, checkpoint_ns: str) -> Read | None:
+        with self._lock:
+            return self.reads.get((thread_id, checkpoint_ns))
+
+    def put_sending(self, key: CheckpointKey) -> None:
+        with self._lock:
+            self.sent.append(key)
+
+    def own(self, thread_id: str, checkpoint_ns: str) -> list[str]:
+        """The checkpoints of (thread, namespace) this run sent a put of, newest last."""
+        with self._lock:
+            return [k[2] for k in self.sent if k[0] == thread_id and k[1] == checkpoint_ns]
 
     def begin(self) -> bool:
         """Count a statement in flight; False when the run is dead (send nothing)."""

@@ -236,6 +236,17 @@ SELECT pg_advisory_xact_lock_shared({THREAD_LOCK_CLASS}, hashtext(%(thread_id)s)
             THEN pg_advisory_xact_lock_shared({RUN_LOCK_CLASS}, hashtext(%(run_id)s)) END,
        set_config('plan_cache_mode', 'force_generic_plan', true)
 """
+# With on_conflict="raise" (see _OPTIMISTIC below) every write of a (thread,
+# namespace) also takes that namespace's head lock, exclusive, before its
+# statement: the statement's snapshot is then taken after the commit of the
+# write before it, so its check of the head and the claim sees that write.
+# Without the lock two writers that read the same head both pass the check
+# (READ COMMITTED: neither sees the other's uncommitted row).
+HEAD_LOCK_CLASS = 0x636F6E
+WRITE_LOCK_ON_CONFLICT = WRITE_LOCK.rstrip() + f""",
+       pg_advisory_xact_lock({HEAD_LOCK_CLASS},
+                             hashtext(%(thread_id)s || '/' || %(checkpoint_ns)s))
+"""
 RUNS_LOCK = f"""
 SELECT pg_advisory_xact_lock({RUN_LOCK_CLASS}, h)
 FROM (SELECT DISTINCT hashtext(r) AS h FROM unnest(%(run_ids)b::text[]) AS r) AS keys
@@ -292,12 +303,78 @@ _DELETED_RUN = """
     WHERE r.run_id = %(run_id)s::text
 """
 
+# on_conflict="raise": optimistic concurrency without a run guard. Two
+# workers that read the same head cannot both continue from it: the first to
+# write wins, the other's write is refused in its statement (nothing stored).
+#
+# Which writes are checked (`checked`, decided in store.py): those of a run
+# whose first read of this (thread, namespace) asked for the latest
+# checkpoint. A run that named its checkpoint (time travel, a replay,
+# update_state on a past checkpoint, LangGraph's own "fork" puts) forks on
+# purpose and is not checked. The put itself cannot tell them apart: LangGraph
+# copies the loaded checkpoint's config into every later put, so each put
+# names its parent whichever way the run began; metadata "source" is "input"
+# or "update" both for a continuation and for a fork from a past checkpoint;
+# and a run_id is there only when the caller set one. The read is what
+# differs, and LangGraph makes one RunControl per run (its subgraphs share
+# it) that every get_tuple, put and put_writes config of the run carries.
+#
+# The head of (thread, namespace) is its newest checkpoint, which is what a
+# latest read returns. The claim of a checkpoint is a write row in a reserved
+# slot (CLAIM_TASK_ID, CLAIM_IDX) whose task_path names the run (a token)
+# that wrote to the checkpoint last; readers drop it from pending writes
+# (store.py) and remember the claim they saw. It lives in the pending writes
+# so that it travels with them to and from the Redis head unchanged.
+#   put (parent P):          refused unless the head is P (or this checkpoint,
+#                            put again), and P's claim is the one the run saw or its own;
+#   put_writes (to C):       refused unless the head is C, the checkpoint the run
+#                            read, or one it put, and C's claim is the one it saw or its own;
+#                            then C's claim becomes this run's.
+# A run's steps after the checkpoint it read are its own, so it saw no claim
+# on them: a claim there is another run that read them as latest meanwhile.
+CLAIM_TASK_ID = "__colosseum_claim__"
+CLAIM_IDX = -100  # negative: a special slot, replaced on write, in Postgres and Redis
+CLAIM_CHANNEL = "__colosseum_claim__"
+
+_OPTIMISTIC = """
+head AS (
+    SELECT (SELECT h.checkpoint_id FROM colosseum_checkpoints h
+            WHERE h.thread_id = %(thread_id)s AND h.checkpoint_ns = %(checkpoint_ns)s
+            ORDER BY h.checkpoint_id DESC LIMIT 1) AS id,
+           (SELECT w.task_path FROM colosseum_writes w
+            WHERE w.thread_id = %(thread_id)s AND w.checkpoint_ns = %(checkpoint_ns)s
+              AND w.checkpoint_id = %(claimed_id)s::text
+              AND w.task_id = '""" + CLAIM_TASK_ID + """' AND w.idx = """ + str(CLAIM_IDX) + """
+           ) AS claim
+),
+conflict AS (
+    SELECT head.id FROM head
+    WHERE %(checked)s::boolean AND (
+        {head_moved}
+        OR (head.claim IS DISTINCT FROM %(seen_claim)s::text
+            AND head.claim IS DISTINCT FROM %(writer)s::text))
+),
+"""
+_PUT_HEAD_MOVED = (
+    "NOT (head.id IS NOT DISTINCT FROM %(parent_checkpoint_id)s::text"
+    " OR head.id = %(checkpoint_id)s)"
+)
+_WRITES_HEAD_MOVED = "(head.id IS NOT NULL AND head.id <> ALL(%(heads)s::text[]))"
+
 # The checkpoint row and its changed values in one statement. A delta row
 # needs its base: the base rows are locked (FOR KEY SHARE, so a concurrent
 # prune skips them) and if any is gone (pruned after this process cached it),
 # nothing is written and `missing_bases` tells the caller to retry full.
-PUT = compact(
-    f"""
+def _put(optimistic: bool) -> str:
+    conflict = _OPTIMISTIC.format(head_moved=_PUT_HEAD_MOVED) if optimistic else ""
+    conflicted = "UNION ALL SELECT 1 FROM conflict" if optimistic else ""
+    conflict_columns = (
+        ", EXISTS (SELECT 1 FROM conflict) AS conflict, (SELECT id FROM head) AS head"
+        if optimistic
+        else ""
+    )
+    return compact(
+        f"""
 -- The checkpoints this one continues from: its parent, and (a subgraph's) the
 -- checkpoint of each enclosing namespace (metadata "parents"); and itself.
 WITH lineage AS (
@@ -329,8 +406,10 @@ missing AS (
       AND NOT EXISTS (SELECT 1 FROM bases b WHERE b.channel = i.channel AND b.version = i.base_version)
 ),
 {_FENCED}
+{conflict}
 refused AS (
     SELECT 1 FROM missing UNION ALL SELECT 1 FROM deleted UNION ALL SELECT 1 FROM fenced
+    {conflicted}
 ),
 -- A refused put is recorded as deleted too, so the writes of its tasks are
 -- refused after it; those that landed first (durability="async") go with it.
@@ -434,22 +513,54 @@ SELECT ARRAY(SELECT channel FROM missing) AS missing_bases,
                AND w.checkpoint_id = %(checkpoint_id)s) AS writes_before,
        -- For the hot head (hot.py): the database incarnation, and heads to drop.
        {INCARNATION} AS incarnation, {STALE_HEADS} AS stale_heads
+       {conflict_columns}
 """
-)
+    )
+
+
+PUT = _put(optimistic=False)
+PUT_ON_CONFLICT = _put(optimistic=True)
 
 # Regular writes are insert-if-absent (a retried task must not change what
 # was recorded); special channels (negative idx: errors, interrupts, resumes)
 # replace, as InMemorySaver does.
-PUT_WRITES = f"""
+def _put_writes(optimistic: bool) -> str:
+    conflict = _OPTIMISTIC.format(head_moved=_WRITES_HEAD_MOVED) if optimistic else ""
+    conflicted = "UNION ALL SELECT 1 FROM conflict" if optimistic else ""
+    # the writing run claims the checkpoint (a run without a RunControl: none)
+    claim = (
+        f"""
+claimed AS (
+    INSERT INTO colosseum_writes
+        (thread_id, checkpoint_ns, checkpoint_id, task_id, idx, task_path, channel,
+         encoding, value, run_id)
+    SELECT %(thread_id)s, %(checkpoint_ns)s, %(checkpoint_id)s, '{CLAIM_TASK_ID}',
+           {CLAIM_IDX}, %(writer)s::text, '{CLAIM_CHANNEL}', 'json', 'null'::jsonb,
+           %(run_id)s::text
+    WHERE %(writer)s::text IS NOT NULL AND NOT EXISTS (SELECT 1 FROM refused)
+    ON CONFLICT (thread_id, checkpoint_ns, checkpoint_id, task_id, idx)
+    DO UPDATE SET task_path = EXCLUDED.task_path, run_id = EXCLUDED.run_id
+),"""
+        if optimistic
+        else ""
+    )
+    conflict_columns = (
+        ", EXISTS (SELECT 1 FROM conflict) AS conflict, (SELECT id FROM head) AS head"
+        if optimistic
+        else ""
+    )
+    return f"""
 WITH lineage AS (
     SELECT %(checkpoint_ns)s::text AS ns, %(checkpoint_id)s::text AS id
     UNION ALL SELECT key, value FROM jsonb_each_text(%(parents)s::jsonb)
 ),
 {_DELETED.format(more=_DELETED_RUN)}
 {_FENCED}
+{conflict}
 refused AS (
     SELECT 1 FROM deleted UNION ALL SELECT 1 FROM fenced
-),
+    {conflicted}
+),{claim}
 status AS (
     -- An interrupt or an error at the root head is the thread's status.
     -- An upsert: these writes may reach Postgres before their checkpoint's put
@@ -484,7 +595,12 @@ WHERE EXCLUDED.idx < 0
 )
 SELECT EXISTS (SELECT 1 FROM fenced), (SELECT checkpoint_id FROM deleted LIMIT 1),
        {INCARNATION} AS incarnation, {STALE_HEADS} AS stale_heads
+       {conflict_columns}
 """
+
+
+PUT_WRITES = _put_writes(optimistic=False)
+PUT_WRITES_ON_CONFLICT = _put_writes(optimistic=True)
 
 # The writes a refused run stored for checkpoints that were never stored
 # (see _core/runs.py): deleted, and their checkpoints recorded as deleted.

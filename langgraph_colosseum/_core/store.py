@@ -55,7 +55,7 @@ from langgraph_colosseum._core.io import (
     Transaction,
 )
 from langgraph_colosseum._core.keys import checked_key
-from langgraph_colosseum._core.runs import Runs, RunWrites
+from langgraph_colosseum._core.runs import Read, Runs, RunWrites
 from langgraph_colosseum._core.threads import UnreadableRows
 from langgraph_colosseum._core.values import (
     DELTA_ENCODINGS,
@@ -80,6 +80,7 @@ from langgraph_colosseum._core.values import (
 from langgraph_colosseum._core.versions import StateVersions
 from langgraph_colosseum.errors import (
     CheckpointDeletedError,
+    ThreadConflictError,
     CodecError,
     CorruptRowError,
     InvalidConfigError,
@@ -174,6 +175,9 @@ class CheckpointStore:
         self.recorded_stale = False  # this process recorded heads Redis refused (see below)
         self.unreadable_rows = UnreadableRows()  # registry rows `threads.search` skipped
         self.versions: StateVersions | None = None  # the state schema (saver.versioned)
+        # on_conflict="raise": a run that read the latest checkpoint may only
+        # continue from it while no other run has (sql._OPTIMISTIC)
+        self.on_conflict = False
 
     def with_codec(self, codec: ValueCodec) -> CheckpointStore:
         """The same store reading and writing through `codec`, with caches of its own:
@@ -236,10 +240,11 @@ class CheckpointStore:
         # Values this process holds decoded (its bases) are copied, not fetched.
         bases = self.bases.of_namespace(thread_id, checkpoint_ns)
         if self.hot is not None:
-            hit, found, seq = yield from self._hot_read(
+            hit, found, seq, claim = yield from self._hot_read(
                 thread_id, checkpoint_ns, checkpoint_id, bases
             )
             if hit:
+                self._note_read(config, thread_id, checkpoint_ns, checkpoint_id, found, claim)
                 return found
             if checkpoint_id:
                 seq = None  # only the latest checkpoint is ever refilled
@@ -275,7 +280,29 @@ class CheckpointStore:
         if seq is not None:
             assert self.hot is not None
             yield self.hot.refill(thread_id, checkpoint_ns, seq, row, value_rows)
+        claim = _claim_of(row) if row is not None else None
+        self._note_read(config, thread_id, checkpoint_ns, checkpoint_id, result, claim)
         return result
+
+    def _note_read(
+        self,
+        config: RunnableConfig,
+        thread_id: str,
+        checkpoint_ns: str,
+        checkpoint_id: str | None,
+        found: CheckpointTuple | None,
+        claim: str | None,
+    ) -> None:
+        """on_conflict: remember how the run reading began (sql._OPTIMISTIC)."""
+        if not self.on_conflict:
+            return
+        run = self.runs.of(config)
+        if run is not None:
+            run.note_read(thread_id, checkpoint_ns, Read(
+                latest=not checkpoint_id,
+                checkpoint_id=found.checkpoint["id"] if found is not None else None,
+                claim=claim,
+            ))  # fmt: skip
 
     def _hot_read(
         self,
@@ -283,8 +310,9 @@ class CheckpointStore:
         checkpoint_ns: str,
         checkpoint_id: str | None,
         bases: Mapping[str, shapes.Base],
-    ) -> Operation[tuple[bool, CheckpointTuple | None, Any]]:
-        """(hit, tuple, seq): the head from Redis, or the counter a refill must match.
+    ) -> Operation[tuple[bool, CheckpointTuple | None, Any, str | None]]:
+        """(hit, tuple, seq, claim): the head from Redis (and the claim on it,
+        see sql._OPTIMISTIC), or the counter a refill must match.
 
         Values this process already holds decoded (its bases) are not sent
         again: the reply leaves their rows out and they are copied here.
@@ -293,13 +321,13 @@ class CheckpointStore:
         known = {channel: base.version for channel, base in bases.items()}
         reply = yield self.hot.read(thread_id, checkpoint_ns, checkpoint_id or "", known)
         if reply is CACHE_UNAVAILABLE:
-            return False, None, None
+            return False, None, None, None
         try:
             seq, head, refillable = self.hot.parse_read(thread_id, checkpoint_ns, reply)
             if head is None:
-                return False, None, seq if refillable else None
+                return False, None, seq if refillable else None, None
             if not head.row:
-                return True, None, None  # the namespace has no checkpoint
+                return True, None, None, None  # the namespace has no checkpoint
             document = self._load_document(head.row)
             values = self._materializer(thread_id, checkpoint_ns, document, bases)
             values.add(head.value_rows)
@@ -314,9 +342,9 @@ class CheckpointStore:
                 exc,
             )
             yield from self._drop_heads([thread_id])
-            return False, None, None
+            return False, None, None, None
         self._remember_bases(thread_id, checkpoint_ns, document, values)
-        return True, result, None
+        return True, result, None, _claim_of(head.row)
 
     def _materializer(
         self,
@@ -603,13 +631,20 @@ class CheckpointStore:
         }
         sealed = self._seal_values(thread_id, checkpoint_ns, new_versions, planned)
         run = self.runs.of(config)
+        statement = sql.PUT
+        if self.on_conflict:
+            statement = sql.PUT_ON_CONFLICT
+            params.update(self._optimistic(run, thread_id, checkpoint_ns, parent_id))
+            if run is not None:
+                run.put_sending((thread_id, checkpoint_ns, checkpoint_id))
         here = Where(thread_id, checkpoint_ns, checkpoint_id, "<checkpoint>")
-        (
-            (missing_bases, inserted, fenced, deleted, writes_before, incarnation, stale),
-        ) = yield from self._send(run, sql.PUT, {**params, **_value_columns(sealed)}, here, "put")
+        ((missing_bases, inserted, fenced, deleted, writes_before, incarnation, stale, *conflict),) = (
+            yield from self._send(run, statement, {**params, **_value_columns(sealed)}, here, "put")
+        )  # fmt: skip
         if deleted is not None:
             yield from self._bury_run(run)
         self._refuse(params, fenced, deleted, "put")
+        yield from self._conflict(run, params, conflict, parent_id, "put")
         if missing_bases:
             # A base this process remembered was pruned meanwhile: nothing was
             # written; forget those bases and write those channels in full.
@@ -624,13 +659,15 @@ class CheckpointStore:
             ]
             sealed = self._seal_values(thread_id, checkpoint_ns, new_versions, planned)
             (
-                (missing_bases, inserted, fenced, deleted, writes_before, incarnation, stale),
+                (missing_bases, inserted, fenced, deleted, writes_before, incarnation, stale,
+                 *conflict),
             ) = yield from self._send(
-                run, sql.PUT, {**params, **_value_columns(sealed)}, here, "put"
-            )
+                run, statement, {**params, **_value_columns(sealed)}, here, "put"
+            )  # fmt: skip
             if deleted is not None:
                 yield from self._bury_run(run)
             self._refuse(params, fenced, deleted, "put")
+            yield from self._conflict(run, params, conflict, parent_id, "put")
             assert not missing_bases
         if run is not None:
             run.put_stored((thread_id, checkpoint_ns, checkpoint_id))
@@ -659,6 +696,63 @@ class CheckpointStore:
                 ],
             ))  # fmt: skip
         return checkpoint_config(thread_id, checkpoint_ns, checkpoint_id)
+
+    def _optimistic(
+        self,
+        run: RunWrites | None,
+        thread_id: str,
+        checkpoint_ns: str,
+        claimed_id: str | None,
+        target_id: str | None = None,
+    ) -> dict[str, Any]:
+        """The parameters of the on_conflict check (sql._OPTIMISTIC) of a put
+        continuing from `claimed_id`, or (`target_id`) of writes to it."""
+        read = run.read_of(thread_id, checkpoint_ns) if run is not None else None
+        seen = read.claim if read is not None and read.checkpoint_id == claimed_id else None
+        params: dict[str, Any] = {
+            # only a run whose first read asked for the latest checkpoint
+            "checked": read is not None and read.latest,
+            "writer": run.writer if run is not None else None,
+            "seen_claim": seen,
+            "claimed_id": claimed_id,
+        }
+        if target_id is not None:
+            heads = [target_id]
+            if run is not None:
+                heads += run.own(thread_id, checkpoint_ns)
+            if read is not None and read.checkpoint_id is not None:
+                heads.append(read.checkpoint_id)
+            params["heads"] = heads
+        return params
+
+    def _conflict(
+        self,
+        run: RunWrites | None,
+        params: Mapping[str, Any],
+        conflict: Sequence[Any],
+        continued_from: str | None,
+        operation: str,
+    ) -> Operation[None]:
+        """Raise ThreadConflictError when Postgres refused the write as the
+        loser of a race for the head (on_conflict, sql._OPTIMISTIC): it stored
+        nothing; the run's writes that landed for checkpoints whose put it
+        will never make go too, and its later writes are refused here."""
+        if not conflict or not conflict[0]:
+            return
+        details = {
+            "thread_id": params["thread_id"],
+            "checkpoint_ns": params["checkpoint_ns"],
+            "continued_from": continued_from,
+            "head": conflict[1],
+        }
+
+        def refusal(operation: str = operation) -> ThreadConflictError:
+            return ThreadConflictError(**details, operation=operation)
+
+        if run is not None:
+            run.refusal = refusal
+            yield from self._bury_run(run)
+        raise refusal()
 
     def _seal_values(
         self,
@@ -701,13 +795,18 @@ class CheckpointStore:
         A run already refused as deleted sends nothing (see runs.py).
         """
         if run is not None and not run.begin():
+            if run.refusal is not None:
+                raise run.refusal(operation)
             raise CheckpointDeletedError(
                 thread_id=where.thread_id, checkpoint_ns=where.checkpoint_ns,
                 checkpoint_id=where.checkpoint_id or "", deleted_id=None, operation=operation,
             )  # fmt: skip
+        lock_params = {"thread_id": params["thread_id"], "run_id": params.get("run_id")}
+        if self.on_conflict:
+            lock_params["checkpoint_ns"] = params["checkpoint_ns"]
         lock = Query(
-            sql.WRITE_LOCK,
-            {"thread_id": params["thread_id"], "run_id": params.get("run_id")},
+            sql.WRITE_LOCK_ON_CONFLICT if self.on_conflict else sql.WRITE_LOCK,
+            lock_params,
             fetch=False,
             prepare=True,  # parsed and planned afresh, it cost 8% of a put's backend CPU
         )
@@ -921,13 +1020,33 @@ class CheckpointStore:
             **columns(stored),
         }
         run = self.runs.of(config)
+        statement = sql.PUT_WRITES_ON_CONFLICT if self.on_conflict else sql.PUT_WRITES
         here = Where(thread_id, checkpoint_ns, checkpoint_id, "<writes>")
-        ((fenced, deleted, incarnation, stale),) = yield from self._send(
-            run, sql.PUT_WRITES, params, here, "put_writes"
-        )
+        while True:
+            if self.on_conflict:
+                params.update(
+                    self._optimistic(run, thread_id, checkpoint_ns, checkpoint_id, checkpoint_id)
+                )
+            ((fenced, deleted, incarnation, stale, *conflict),) = yield from self._send(
+                run, statement, params, here, "put_writes"
+            )
+            # The run's own puts go on in the background: one that committed
+            # while this statement waited for the head lock moved the head
+            # past what `heads` named. Refused, the statement stored nothing:
+            # sent again, it names that checkpoint too. (Each time round
+            # another put of the run committed; they come one at a time.)
+            if not (
+                conflict
+                and conflict[0]
+                and run is not None
+                and conflict[1] not in params["heads"]
+                and conflict[1] in run.own(thread_id, checkpoint_ns)
+            ):
+                break
         if deleted is not None:
             yield from self._bury_run(run)
         self._refuse(params, fenced, deleted, "put_writes")
+        yield from self._conflict(run, params, conflict, checkpoint_id, "put_writes")
         if run is not None:
             run.writes_stored((thread_id, checkpoint_ns, checkpoint_id))
         if self.hot is not None:
@@ -950,6 +1069,17 @@ class CheckpointStore:
                 )
                 for (idx, (channel, _)), stored_value in zip(by_idx.items(), stored)
             ]
+            if params.get("writer") is not None:
+                # the claim the statement wrote goes with the writes (sql._OPTIMISTIC)
+                slots.append((
+                    write_field(sql.CLAIM_TASK_ID, sql.CLAIM_IDX),
+                    self.hot.pack_write(
+                        thread_id, checkpoint_ns, checkpoint_id, sql.CLAIM_TASK_ID,
+                        sql.CLAIM_IDX, params["writer"], sql.CLAIM_CHANNEL, "json", "null",
+                        None, None, None,
+                    ),
+                    True,
+                ))  # fmt: skip
             yield from self._write_head(
                 thread_id,
                 stale,
@@ -1419,6 +1549,17 @@ class CheckpointStore:
         (thread_id, checkpoint_ns, checkpoint_id, parent_id, checkpoint_json, metadata_json,
          w_task_ids, w_idxs, w_task_paths, w_channels, w_encodings, w_jsons, w_datas,
          w_types, w_state_versions) = row[:_CHECKPOINT_WIDTH]  # fmt: skip
+        if w_task_ids and sql.CLAIM_TASK_ID in w_task_ids:
+            # the claim of on_conflict="raise" is no pending write (sql._OPTIMISTIC)
+            keep = [i for i, t in enumerate(w_task_ids) if t != sql.CLAIM_TASK_ID]
+            (w_task_ids, w_idxs, w_task_paths, w_channels, w_encodings, w_jsons, w_datas,
+             w_types) = (
+                [column[i] for i in keep]
+                for column in (w_task_ids, w_idxs, w_task_paths, w_channels, w_encodings,
+                               w_jsons, w_datas, w_types)
+            )  # fmt: skip
+            if w_state_versions:
+                w_state_versions = [w_state_versions[i] for i in keep]
         try:
             metadata = self.codec.load_metadata(
                 metadata_json,
@@ -1602,6 +1743,17 @@ _COPY_ARRAYS = (
 
 # The checkpoint and writes columns every checkpoint query starts with.
 _CHECKPOINT_WIDTH = 15
+
+
+def _claim_of(row: tuple) -> str | None:
+    """The claim on a checkpoint row (on_conflict, see sql._OPTIMISTIC): the
+    task_path of its write in the claim slot."""
+    task_ids, task_paths = row[6], row[8]
+    if task_ids:
+        for task_id, task_path in zip(task_ids, task_paths):
+            if task_id == sql.CLAIM_TASK_ID:
+                return task_path
+    return None
 
 # The checkpoint document's record of channel_versions' key order, beside that
 # plain object (which SQL reads by channel name), when jsonb would reorder it.
