@@ -364,7 +364,7 @@ class ThreadConflictError(ColosseumError):
         self.checkpoint_ns = checkpoint_ns
         self.continued_from = continued_from
         self.head = head
-        self.operation = operation
+        self.operation = operation  # the write Postgres refused: "put" or "put_writes"
         ns = f", namespace {checkpoint_ns!r}" if checkpoint_ns else ""
         start = (
             f"checkpoint {continued_from!r}" if continued_from else "no checkpoint (a new thread)"

@@ -66,7 +66,7 @@ class RunWrites:
         self.writer = uuid.uuid4().hex  # the claim this run's writes leave (on_conflict)
         self.reads: dict[tuple[str, str], Read] = {}
         # the conflict that refused this run: its later writes raise it again
-        self.refusal: Callable[[str], Exception] | None = None
+        self.refusal: Callable[[], Exception] | None = None
 
     def note_read(self, thread_id: str, checkpoint_ns: str, read: Read) -> None:
         """Only the first read counts: it is the loop's own load of its
@@ -78,6 +78,11 @@ class RunWrites:
     def read_of(self, thread_id: str, checkpoint_ns: str) -> Read | None:
         with self._lock:
             return self.reads.get((thread_id, checkpoint_ns))
+
+    def refuse(self, refusal: Callable[[], Exception]) -> None:
+        with self._lock:
+            if self.refusal is None:
+                self.refusal = refusal
 
     def put_sending(self, key: CheckpointKey) -> None:
         with self._lock:

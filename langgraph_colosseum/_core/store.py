@@ -746,12 +746,16 @@ class CheckpointStore:
             "head": conflict[1],
         }
 
-        def refusal(operation: str = operation) -> ThreadConflictError:
+        # Raised again (a fresh one each time) by the run's later writes: the
+        # first refusal may be in a background future the caller never sees.
+        def refusal() -> ThreadConflictError:
             return ThreadConflictError(**details, operation=operation)
 
         if run is not None:
-            run.refusal = refusal
+            # several of its writes may be refused at once: the first one says where
+            run.refuse(refusal)
             yield from self._bury_run(run)
+            raise run.refusal()  # type: ignore[misc]
         raise refusal()
 
     def _seal_values(
@@ -796,7 +800,7 @@ class CheckpointStore:
         """
         if run is not None and not run.begin():
             if run.refusal is not None:
-                raise run.refusal(operation)
+                raise run.refusal()
             raise CheckpointDeletedError(
                 thread_id=where.thread_id, checkpoint_ns=where.checkpoint_ns,
                 checkpoint_id=where.checkpoint_id or "", deleted_id=None, operation=operation,

@@ -61,9 +61,9 @@ WAIT = 60.0  # seconds any one expected event may take on a loaded machine
 class Worker:
     """A `runs_worker.py` process: commands on its stdin, events from its stdout."""
 
-    def __init__(self) -> None:
+    def __init__(self, script: Path = WORKER) -> None:
         self.proc = subprocess.Popen(
-            [sys.executable, str(WORKER)],
+            [sys.executable, str(script)],
             stdin=subprocess.PIPE,
             stdout=subprocess.PIPE,
             text=True,
