@@ -46,6 +46,7 @@ DELETED = "tests/integration/test_deleted_stays_deleted.py"
 ENCRYPTION_TESTS = "tests/integration/test_encryption_everywhere.py"
 STATE_VERSIONS = "tests/integration/test_state_versions.py"
 STATE_VERSIONS_REVIEW = "tests/integration/test_state_versions_review.py"
+ON_CONFLICT = "tests/integration/test_on_conflict.py"
 
 
 @dataclass(frozen=True)
@@ -531,6 +532,57 @@ GUARDS: list[Guard] = [
         original="    WHEN run.keys IS NULL THEN run.before\n",
         mutant="    WHEN true THEN run.before\n",
         tests=(f"{RUNS_STOPPED}::test_a_rollback_keeps_registry_metadata_set_by_others_meanwhile",),
+    ),
+    Guard(
+        name="on_conflict: a put continues only from the head",
+        file="langgraph_colosseum/_core/sql.py",
+        original=(
+            "_PUT_HEAD_MOVED = (\n"
+            '    "NOT (head.id IS NOT DISTINCT FROM %(parent_checkpoint_id)s::text"\n'
+            '    " OR head.id = %(checkpoint_id)s)"\n'
+            ")"
+        ),
+        mutant='_PUT_HEAD_MOVED = "false"',
+        tests=(
+            f"{ON_CONFLICT}::test_a_put_continuing_from_a_head_another_run_moved_past_is_refused",
+        ),
+    ),
+    Guard(
+        name="on_conflict: writes go only to the head, what the run read, or its own",
+        file="langgraph_colosseum/_core/sql.py",
+        original=(
+            '_WRITES_HEAD_MOVED = "(head.id IS NOT NULL AND head.id <> ALL(%(heads)s::text[]))"'
+        ),
+        mutant='_WRITES_HEAD_MOVED = "false"',
+        tests=(f"{ON_CONFLICT}::test_a_write_to_a_checkpoint_the_head_moved_past_is_refused",),
+    ),
+    Guard(
+        name="on_conflict: a claim another run made since the read refuses the write",
+        file="langgraph_colosseum/_core/sql.py",
+        original=(
+            "        {head_moved}\n"
+            "        OR (head.claim IS DISTINCT FROM %(seen_claim)s::text\n"
+            "            AND head.claim IS DISTINCT FROM %(writer)s::text))"
+        ),
+        mutant="        {head_moved})",
+        tests=(f"{ON_CONFLICT}::test_the_first_run_to_write_to_the_head_wins",),
+    ),
+    Guard(
+        name="on_conflict: a write claims its checkpoint",
+        file="langgraph_colosseum/_core/sql.py",
+        original="    WHERE %(writer)s::text IS NOT NULL AND NOT EXISTS (SELECT 1 FROM refused)",
+        mutant="    WHERE false",
+        tests=(f"{ON_CONFLICT}::test_the_first_run_to_write_to_the_head_wins",),
+    ),
+    Guard(
+        name="on_conflict: the head lock orders the checks",
+        file="langgraph_colosseum/_core/sql.py",
+        original=(
+            "       pg_advisory_xact_lock({HEAD_LOCK_CLASS},\n"
+            "                             hashtext(%(thread_id)s || '/' || %(checkpoint_ns)s))"
+        ),
+        mutant="       %(checkpoint_ns)s::text",
+        tests=(f"{ON_CONFLICT}::test_two_checks_at_once_are_ordered_by_the_head_lock",),
     ),
 ]
 

@@ -553,10 +553,9 @@ claimed AS (
 WITH lineage AS (
     SELECT %(checkpoint_ns)s::text AS ns, %(checkpoint_id)s::text AS id
     UNION ALL SELECT key, value FROM jsonb_each_text(%(parents)s::jsonb)
-),
+),{conflict}
 {_DELETED.format(more=_DELETED_RUN)}
 {_FENCED}
-{conflict}
 refused AS (
     SELECT 1 FROM deleted UNION ALL SELECT 1 FROM fenced
     {conflicted}

@@ -7,13 +7,15 @@ Commands:
 * ``{"cmd": "invoke", "id": ..., "url": ..., "redis": [url, prefix] | null,
   "graph": "chat" | "ask" | "pay", "tool_node": "idempotent" | "plain",
   "thread": ..., "input": {...} | null, "resume": value (optional),
-  "gate_read": bool, "gate_writes": bool, "gate_put": bool}``: in a thread of its own, invoke the
+  "gate_read": bool, "gate_writes": bool, "gate_put": bool, "watch_put": bool}``: in a thread of its own, invoke the
   graph (`resume`: with ``Command(resume=...)``). With "gate_read", once the run
   has read the thread's latest checkpoint it prints ``{"event": "read", "id":
   ..., "head": checkpoint id}`` and waits until ``read:<id>`` is opened; with
   "gate_writes", before the run's first put_writes of a node's output it prints
   ``{"event": "writes", "id": ...}`` and waits until ``writes:<id>`` is opened;
-  "gate_put" likewise before its first put (``put``).
+  "gate_put" likewise before its first put (``put``); with "watch_put", the
+  outcome of its first put is printed: ``{"event": "first-put", "id": ...,
+  "outcome": "stored" | "refused"}``.
   Prints ``{"event": "done", "id": ..., "outcome": "success" | <exception
   class>, "operation": ..., "continued_from": ..., "head": ...}`` (the last
   three from a ThreadConflictError).
@@ -162,6 +164,7 @@ class GatedSaver(ColosseumSaver):
     def __init__(self, *args: Any, **kwargs: Any) -> None:
         super().__init__(*args, **kwargs)
         self.stops: dict[str, str | None] = {"read": None, "writes": None, "put": None}
+        self.watched: str | None = None  # the run whose first put's outcome is told
         self._stops_lock = threading.Lock()
 
     def _stop(self, kind: str, **details: Any) -> None:
@@ -185,7 +188,19 @@ class GatedSaver(ColosseumSaver):
 
     def put(self, config: Any, checkpoint: Any, metadata: Any, new_versions: Any) -> Any:
         self._stop("put")
-        return super().put(config, checkpoint, metadata, new_versions)
+        with self._stops_lock:
+            watched, self.watched = self.watched, None
+        try:
+            stored = super().put(config, checkpoint, metadata, new_versions)
+        except ThreadConflictError:
+            if watched:
+                say(event="first-put", id=watched, outcome="refused")
+                gate(f"at:first-put:{watched}").set()
+            raise
+        if watched:
+            say(event="first-put", id=watched, outcome="stored")
+            gate(f"at:first-put:{watched}").set()
+        return stored
 
     def put_writes(self, config: Any, writes: Any, task_id: str, task_path: str = "") -> None:
         if any(not channel.startswith("__") for channel, _ in writes):
@@ -212,6 +227,7 @@ def run(saver: GatedSaver, command: dict) -> dict:
             saver.stops["read"] = command["id"] if command.get("gate_read") else None
             saver.stops["writes"] = command["id"] if command.get("gate_writes") else None
             saver.stops["put"] = command["id"] if command.get("gate_put") else None
+            saver.watched = command["id"] if command.get("watch_put") else None
         config = {"configurable": {"thread_id": command["thread"]}}
         payload = Command(resume=command["resume"]) if "resume" in command else command["input"]
         graph.invoke(payload, config, durability="sync")

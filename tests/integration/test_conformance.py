@@ -6,7 +6,11 @@ methods call the blocking ones directly, so the sync driver answers all 81;
 each on Postgres alone, with the Redis hot head, with it on a 3-master
 Redis Cluster, through PgBouncer in transaction mode (alone and with the head), and
 over TLS with passwords to both servers (`tls`: verify-full and SCRAM to a
-private Postgres, rediss:// and an ACL user to a private Redis).
+private Postgres, rediss:// and an ACL user to a private Redis); and on a saver
+built with `on_conflict="raise"`, alone and with the head. The suite calls
+put / put_writes directly, outside any LangGraph run, on parents of its
+choosing: no run read a latest checkpoint, so nothing is checked (as for a
+run that named its checkpoint), and each must still pass.
 """
 
 from __future__ import annotations
@@ -76,7 +80,11 @@ class BlockingAsAsync(BaseCheckpointSaver):
         return self.inner.get_next_version(current, channel)
 
 
-@pytest.mark.parametrize("cache", [*CACHE_MODES, "cluster", "pgbouncer", "pgbouncer-redis", "tls"])
+@pytest.mark.parametrize(
+    "cache",
+    [*CACHE_MODES, "cluster", "pgbouncer", "pgbouncer-redis", "tls", "on_conflict",
+     "redis-on_conflict"],
+)  # fmt: skip
 @pytest.mark.parametrize("driver", ["async", "sync"])
 async def test_conformance_all_capabilities(
     pg_url: str, driver: str, cache: str, request: pytest.FixtureRequest
@@ -92,13 +100,15 @@ async def test_conformance_all_capabilities(
         url = tls.postgres.url()
 
     def cache_client() -> Any:
-        if cache in ("postgres", "pgbouncer"):
+        if cache in ("postgres", "pgbouncer", "on_conflict"):
             return None
         if cluster is not None:
             cluster.client().flushall()
             return cluster.async_client() if driver == "async" else cluster.client()
         client_class = redis.asyncio.Redis if driver == "async" else redis.Redis
         return client_class.from_url(tls.redis.url() if tls else redis_url())
+
+    options = {"on_conflict": "raise"} if cache.endswith("on_conflict") else {}
 
     @checkpointer_test(name=f"ColosseumSaver-{driver}-{cache}")
     async def factory():
@@ -110,14 +120,16 @@ async def test_conformance_all_capabilities(
             if driver == "async":
                 async with AsyncConnectionPool(url, max_size=4, kwargs=kwargs) as pool:
                     yield AsyncColosseumSaver(
-                        pool, cache=client, cache_prefix=CACHE_PREFIX, pgbouncer=bouncer
-                    )
+                        pool, cache=client, cache_prefix=CACHE_PREFIX, pgbouncer=bouncer,
+                        **options,
+                    )  # fmt: skip
             else:
                 with ConnectionPool(url, max_size=4, kwargs=kwargs) as pool:
                     yield BlockingAsAsync(
                         ColosseumSaver(
-                            pool, cache=client, cache_prefix=CACHE_PREFIX, pgbouncer=bouncer
-                        )
+                            pool, cache=client, cache_prefix=CACHE_PREFIX, pgbouncer=bouncer,
+                            **options,
+                        )  # fmt: skip
                     )
         finally:
             if client is not None:

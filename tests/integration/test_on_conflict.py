@@ -127,14 +127,26 @@ class Thread:
             assert self.redis_head(saver) in (newest, None)
 
 
-def race(workers: tuple[Worker, Worker], commands: tuple[dict, dict]) -> list[dict]:
-    """Both runs read the head, then both go on at once; their "done" events."""
+def race(
+    workers: tuple[Worker, Worker], commands: tuple[dict, dict], *, puts_first: bool = False
+) -> list[dict]:
+    """Both runs read the head, then both go on at once; their "done" events.
+
+    `puts_first`: their first node writes wait until both first puts are
+    decided. LangGraph sends the input checkpoint's put in the background and
+    runs the first step meanwhile, so the loser's node writes could otherwise
+    reach the head lock before its put (and be the write refused)."""
     for worker, command in zip(workers, commands):
-        worker.send(**command, gate_read=True)
+        worker.send(**command, gate_read=True, gate_writes=puts_first, watch_put=puts_first)
     heads = {worker.expect(event="read", id=c["id"])["head"] for worker, c in zip(workers, commands)}
     assert len(heads) == 1, "both runs read the same head"
     for worker, command in zip(workers, commands):
         worker.send(cmd="open", name=f"read:{command['id']}")
+    if puts_first:
+        puts = [worker.expect(event="first-put", id=c["id"]) for worker, c in zip(workers, commands)]
+        assert sorted(p["outcome"] for p in puts) == ["refused", "stored"], puts
+        for worker, command in zip(workers, commands):
+            worker.send(cmd="open", name=f"writes:{command['id']}")
     return [worker.expect(event="done", id=c["id"]) for worker, c in zip(workers, commands)]
 
 
@@ -161,7 +173,7 @@ def test_both_send_new_input_the_loser_is_refused_at_its_put(
         done = race(workers, tuple(
             thread.command(f"{name}-{markers[name]}", "chat", input={"messages": [markers[name]]})
             for name in "AB"
-        ))  # fmt: skip
+        ), puts_first=True)  # fmt: skip
         winner, loser = one_winner(done)
         assert loser["operation"] == "put" and loser["continued_from"] == head
         won, lost = (markers[event["id"][0]] for event in (winner, loser))
@@ -307,12 +319,15 @@ def test_a_put_continuing_from_a_head_another_run_moved_past_is_refused(
     conflict_worker.chat_graph(a).invoke({"messages": ["m0"]}, thread.config)
     head = a.get_tuple(thread.config).checkpoint["id"]
     late = Run(b, thread.command(new_id("B"), "chat", input={"messages": ["late-B"]},
-                                 gate_read=True))  # fmt: skip
+                                 gate_read=True, gate_writes=True, watch_put=True))  # fmt: skip
     late.stopped_at("read")
     first = conflict_worker.run(a, thread.command(new_id("A"), "chat",
                                                   input={"messages": ["first-A"]}))  # fmt: skip
     assert first["outcome"] == "success"
     late.go_on("read")
+    # its first step's writes wait until its input put is decided (see race())
+    late.stopped_at("first-put")
+    late.go_on("writes")
     refused = late.result()
     assert refused["outcome"] == "ThreadConflictError", refused
     assert (refused["operation"], refused["continued_from"]) == ("put", head)
@@ -400,7 +415,9 @@ def test_two_checks_at_once_are_ordered_by_the_head_lock(
         holder.commit()
     done = [run.result() for run in runs]
     winner, loser = one_winner(done)
-    assert loser["operation"] == "put"
+    # the loser's input put, or its first step's writes (sent meanwhile, they
+    # may take the head lock before its put does): either is refused
+    assert loser["operation"] in ("put", "put_writes")
     lost = "held-" + loser["id"][0]
     assert set(thread.stored_mentions(lost).values()) == {0}
     thread.assert_head_is_postgres(a)
