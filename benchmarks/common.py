@@ -78,6 +78,9 @@ OURS_BOUNCER = "ColosseumSaver+PgBouncer"
 OURS_ENCRYPTED = "ColosseumSaver+Encryption"
 # Both at once (benchmarks/encryption.py; not in the main run's list).
 OURS_BOUNCER_ENCRYPTED = "ColosseumSaver+PgBouncer+Encryption"
+# Ours with on_conflict="raise", alone and with the Redis head (benchmarks/on_conflict.py).
+OURS_ON_CONFLICT = "ColosseumSaver+on_conflict"
+OURS_HOT_ON_CONFLICT = "ColosseumSaver+Redis+on_conflict"
 SYNC_SAVERS = (MEMORY, SQLITE, REF, OURS, OURS_HOT, OURS_BOUNCER, OURS_ENCRYPTED)
 ASYNC_SAVERS = (AMEMORY, ASQLITE, AREF, AOURS, AOURS_HOT)
 REDIS_URL = os.environ.get("COLOSSEUM_BENCH_REDIS_URL", "redis://127.0.0.1:6379/0")
@@ -428,12 +431,15 @@ def sync_saver(bench: Bench, name: str) -> Iterator[tuple[Any, Callable[[], int 
         with PostgresSaver.from_conn_string(bench.url) as saver:
             saver.setup()
             yield saver, lambda: bench.table_bytes(REF)
-    elif name in (OURS, OURS_HOT):
+    elif name in (OURS, OURS_HOT, OURS_ON_CONFLICT, OURS_HOT_ON_CONFLICT):
         bench.truncate(OURS)
         bench.clear_cache()
-        cache = (
-            {"redis_url": bench.redis_url, "cache_prefix": CACHE_PREFIX} if name == OURS_HOT else {}
+        hot = name in (OURS_HOT, OURS_HOT_ON_CONFLICT)
+        cache: dict[str, Any] = (
+            {"redis_url": bench.redis_url, "cache_prefix": CACHE_PREFIX} if hot else {}
         )
+        if name in (OURS_ON_CONFLICT, OURS_HOT_ON_CONFLICT):
+            cache["on_conflict"] = "raise"
         with ColosseumSaver.from_conn_string(bench.url, **cache) as saver:
             saver.setup()
             yield saver, lambda: bench.table_bytes(OURS)

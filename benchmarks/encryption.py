@@ -67,13 +67,17 @@ def median(rounds: list[dict], key: str) -> float | None:
     return statistics.median(values) if values else None
 
 
-def report(rounds: dict[str, list[dict]], meta: dict) -> str:
+def report(
+    rounds: dict[str, list[dict]], meta: dict, title: str = "chat-200: encryption and PgBouncer"
+) -> str:
+    """The medians of each cell, with ratios to ColosseumSaver (plain)."""
     lines = [
-        "# chat-200: encryption and PgBouncer",
+        f"# {title}",
         "",
         f"Run {meta['date']} with `{meta['command']}`: {meta['rounds']} rounds, "
         f"{meta['turns']} turns per cell, cells interleaved in one process on one "
-        f"private PostgreSQL (and PgBouncer in transaction mode); wall time {meta['wall_s']:.0f} s.",
+        f"private PostgreSQL{meta.get('servers', ' (and PgBouncer in transaction mode)')}; "
+        f"wall time {meta['wall_s']:.0f} s.",
         "Medians over the rounds; ratios are to ColosseumSaver (plain) from the same run.",
         "",
         "| cell | " + " | ".join(f"{name} ({unit})" for name, _, unit in FIGURES.values()) + " |",

@@ -10,6 +10,7 @@ from __future__ import annotations
 from dataclasses import dataclass
 
 from langgraph_colosseum._core.io import Operation, Query
+from langgraph_colosseum._core.sql import CLAIM_TASK_ID
 from langgraph_colosseum.errors import AmbiguousIdError, NotFoundError
 
 # A few more than one, to show the candidates of an ambiguous prefix.
@@ -38,7 +39,7 @@ WHERE thread_id = %(thread_id)s AND checkpoint_ns = %(checkpoint_ns)s
 # Newest first, with each checkpoint's parent and whether it is on the head's
 # branch (the root namespace's head is the registry's; another namespace's is
 # its newest checkpoint), so forks can be told from the line they left.
-HISTORY_PAGE = """
+HISTORY_PAGE = f"""
 WITH RECURSIVE head_branch AS (
     SELECT c.checkpoint_id, c.parent_checkpoint_id
     FROM colosseum_checkpoints c
@@ -62,7 +63,8 @@ SELECT c.checkpoint_id, c.parent_checkpoint_id, c.metadata -> 'step', c.metadata
        c.checkpoint ->> 'ts', c.run_id,
        (SELECT count(*) FROM colosseum_writes w
         WHERE w.thread_id = c.thread_id AND w.checkpoint_ns = c.checkpoint_ns
-          AND w.checkpoint_id = c.checkpoint_id),
+          AND w.checkpoint_id = c.checkpoint_id
+          AND w.task_id <> '{CLAIM_TASK_ID}'),  -- on_conflict's claim is no write
        EXISTS (SELECT 1 FROM head_branch b WHERE b.checkpoint_id = c.checkpoint_id),
        ARRAY(SELECT jsonb_object_keys(c.checkpoint -> 'channel_versions') ORDER BY 1)
 FROM colosseum_checkpoints c

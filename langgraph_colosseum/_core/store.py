@@ -244,7 +244,8 @@ class CheckpointStore:
                 thread_id, checkpoint_ns, checkpoint_id, bases
             )
             if hit:
-                self._note_read(config, thread_id, checkpoint_ns, checkpoint_id, found, claim)
+                if self.on_conflict:
+                    self._note_read(config, thread_id, checkpoint_ns, checkpoint_id, found, claim)
                 return found
             if checkpoint_id:
                 seq = None  # only the latest checkpoint is ever refilled
@@ -280,8 +281,9 @@ class CheckpointStore:
         if seq is not None:
             assert self.hot is not None
             yield self.hot.refill(thread_id, checkpoint_ns, seq, row, value_rows)
-        claim = _claim_of(row) if row is not None else None
-        self._note_read(config, thread_id, checkpoint_ns, checkpoint_id, result, claim)
+        if self.on_conflict:
+            claim = _claim_of(row) if row is not None else None
+            self._note_read(config, thread_id, checkpoint_ns, checkpoint_id, result, claim)
         return result
 
     def _note_read(
@@ -294,8 +296,6 @@ class CheckpointStore:
         claim: str | None,
     ) -> None:
         """on_conflict: remember how the run reading began (sql._OPTIMISTIC)."""
-        if not self.on_conflict:
-            return
         run = self.runs.of(config)
         if run is not None:
             run.note_read(thread_id, checkpoint_ns, Read(
@@ -344,7 +344,7 @@ class CheckpointStore:
             yield from self._drop_heads([thread_id])
             return False, None, None, None
         self._remember_bases(thread_id, checkpoint_ns, document, values)
-        return True, result, None, _claim_of(head.row)
+        return True, result, None, _claim_of(head.row) if self.on_conflict else None
 
     def _materializer(
         self,

@@ -13,7 +13,9 @@ Commands:
   ..., "head": checkpoint id}`` and waits until ``read:<id>`` is opened; with
   "gate_writes", before the run's first put_writes of a node's output it prints
   ``{"event": "writes", "id": ...}`` and waits until ``writes:<id>`` is opened;
-  "gate_put" likewise before its first put (``put``); with "watch_put", the
+  "gate_put" likewise before its first put (``put``). Once the write stopped
+  at "writes" is stored or refused: ``{"event": "written", "id": ...,
+  "outcome": "stored" | "refused"}``. With "watch_put", the
   outcome of its first put is printed: ``{"event": "first-put", "id": ...,
   "outcome": "stored" | "refused"}``.
   Prints ``{"event": "done", "id": ..., "outcome": "success" | <exception
@@ -167,17 +169,19 @@ class GatedSaver(ColosseumSaver):
         self.watched: str | None = None  # the run whose first put's outcome is told
         self._stops_lock = threading.Lock()
 
-    def _stop(self, kind: str, **details: Any) -> None:
+    def _stop(self, kind: str, **details: Any) -> str | None:
+        """Stop here if the run to stop is set for `kind`; its id (else None)."""
         # LangGraph sends put_writes from threads of its own: the saver, not
         # the thread, knows which run to stop
         with self._stops_lock:
             run_id, self.stops[kind] = self.stops[kind], None
         if run_id is None:
-            return
+            return None
         say(event=kind, id=run_id, **details)
         gate(f"at:{kind}:{run_id}").set()
         if not gate(f"open:{kind}:{run_id}").wait(GATE_SECONDS):
             raise TimeoutError(f"the {kind} gate of {run_id} was never opened")
+        return run_id
 
     def get_tuple(self, config: Any) -> Any:
         found = super().get_tuple(config)
@@ -203,9 +207,19 @@ class GatedSaver(ColosseumSaver):
         return stored
 
     def put_writes(self, config: Any, writes: Any, task_id: str, task_path: str = "") -> None:
+        stopped = None
         if any(not channel.startswith("__") for channel, _ in writes):
-            self._stop("writes")
-        return super().put_writes(config, writes, task_id, task_path)
+            stopped = self._stop("writes")
+        try:
+            super().put_writes(config, writes, task_id, task_path)
+        except ThreadConflictError:
+            if stopped:  # the stopped write's outcome, once it has one
+                say(event="written", id=stopped, outcome="refused")
+                gate(f"at:written:{stopped}").set()
+            raise
+        if stopped:
+            say(event="written", id=stopped, outcome="stored")
+            gate(f"at:written:{stopped}").set()
 
 
 def saver_for(url: str, cache: list[str] | None) -> Any:

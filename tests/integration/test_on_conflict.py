@@ -22,6 +22,7 @@ that orders the two runs in one process, deterministically.
 
 from __future__ import annotations
 
+import asyncio
 import threading
 import time
 import uuid
@@ -33,8 +34,9 @@ import psycopg
 import pytest
 import redis
 from langchain_core.messages import HumanMessage, ToolMessage
+from langgraph.types import Command
 
-from langgraph_colosseum import ColosseumSaver, ThreadConflictError
+from langgraph_colosseum import AsyncColosseumSaver, ColosseumSaver, ThreadConflictError
 from tests.conftest import CACHE_PREFIX, cache_options, redis_url, truncate
 from tests.integration import conflict_worker
 from tests.integration.conflict_worker import GatedSaver, gate
@@ -121,10 +123,18 @@ class Thread:
         return head.decode() if head is not None else None
 
     def assert_head_is_postgres(self, saver: ColosseumSaver) -> None:
+        """The registry's head is the newest checkpoint, and so is the Redis
+        head's (when Redis holds one)."""
         newest, registry = self.postgres_head()
         assert registry == newest
         if self.mode == "redis":
             assert self.redis_head(saver) in (newest, None)
+
+    def assert_head_is_postgres_only(self) -> None:
+        """As assert_head_is_postgres, with a saver of its own for the Redis key."""
+        with self.saver() as saver:
+            saver.get_tuple(self.config)  # learns the database incarnation
+            self.assert_head_is_postgres(saver)
 
 
 def race(
@@ -249,6 +259,7 @@ def test_a_tool_in_the_losing_step_ran_and_the_idempotent_node_makes_it_once(
         done = first.expect(event="done", id=f"A-{thread.id}")
         assert done["outcome"] == "success", done
         second.send(cmd="open", name=f"writes:{run_b}")
+        assert second.expect(event="written", id=run_b)["outcome"] == "refused"
         second.send(cmd="open", name=f"put:{run_b}")
         refused = second.expect(event="done", id=run_b)
         assert refused["outcome"] == "ThreadConflictError"
@@ -460,3 +471,52 @@ def test_the_error_names_thread_checkpoint_head_and_what_to_do() -> None:
     text = str(error)
     assert "'t1'" in text and "'c3'" in text and "'c4'" in text
     assert "Nothing of this write was stored" in text and "retry" in text
+
+
+# ------------------------------------------------ the async saver, the same race
+
+
+class BarrierSaver(AsyncColosseumSaver):
+    """Each run waits after its read of the latest root checkpoint until
+    `parties` runs have read it: all of them read the same head."""
+
+    barrier: asyncio.Barrier
+
+    async def aget_tuple(self, config: Any) -> Any:
+        found = await super().aget_tuple(config)
+        configurable = config.get("configurable", {})
+        if not configurable.get("checkpoint_id") and not configurable.get("checkpoint_ns"):
+            await asyncio.wait_for(self.barrier.wait(), WAIT)
+        return found
+
+
+@pytest.mark.parametrize("kind", ["input", "resume"])
+async def test_async_two_runs_one_head_one_wins(mode: str, pg_url: str, kind: str) -> None:
+    thread = Thread(pg_url, mode)
+    async with BarrierSaver.from_conn_string(
+        pg_url, on_conflict="raise", **cache_options(mode)
+    ) as saver:
+        build = conflict_worker.chat_graph if kind == "input" else conflict_worker.ask_graph
+        graph = build(saver)
+        saver.barrier = asyncio.Barrier(1)
+        await graph.ainvoke({"messages": ["m0"]}, thread.config)
+        saver.barrier = asyncio.Barrier(2)
+
+        async def one(name: str) -> str:
+            payload = {"messages": [f"async-{name}"]} if kind == "input" else Command(
+                resume=f"async-{name}"
+            )
+            try:
+                await graph.ainvoke(payload, thread.config, durability="sync")
+            except ThreadConflictError:
+                return name
+            return ""
+
+        losers = [name for name in await asyncio.gather(one("A"), one("B")) if name]
+        saver.barrier = asyncio.Barrier(1)  # reads on their own again
+        assert len(losers) == 1
+        assert set(thread.stored_mentions(f"async-{losers[0]}").values()) == {0}
+        winner = "B" if losers == ["A"] else "A"
+        state = await graph.aget_state(thread.config)
+        assert any(f"async-{winner}" in m for m in state.values["messages"])
+    thread.assert_head_is_postgres_only()
