@@ -113,9 +113,7 @@ class ColosseumSaverBase(BaseCheckpointSaver[str], abc.ABC, Generic[ThreadsT]):
             snapshot_every=snapshot_every,
         )
         if on_conflict not in (None, "raise"):
-            raise InvalidConfigError(
-                f'on_conflict must be "raise" or None, got {on_conflict!r}'
-            )
+            raise InvalidConfigError(f'on_conflict must be "raise" or None, got {on_conflict!r}')
         self._store.on_conflict = on_conflict == "raise"
         self._refuse_unregistered(())
         self.retention = retention

@@ -560,11 +560,11 @@ GUARDS: list[Guard] = [
         name="on_conflict: a claim another run made since the read refuses the write",
         file="langgraph_colosseum/_core/sql.py",
         original=(
-            "        {head_moved}\n"
+            "        {{head_moved}}\n"
             "        OR (head.claim IS DISTINCT FROM %(seen_claim)s::text\n"
             "            AND head.claim IS DISTINCT FROM %(writer)s::text))"
         ),
-        mutant="        {head_moved})",
+        mutant="        {{head_moved}})",
         tests=(f"{ON_CONFLICT}::test_the_first_run_to_write_to_the_head_wins",),
     ),
     Guard(

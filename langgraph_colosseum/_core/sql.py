@@ -243,10 +243,13 @@ SELECT pg_advisory_xact_lock_shared({THREAD_LOCK_CLASS}, hashtext(%(thread_id)s)
 # Without the lock two writers that read the same head both pass the check
 # (READ COMMITTED: neither sees the other's uncommitted row).
 HEAD_LOCK_CLASS = 0x636F6E
-WRITE_LOCK_ON_CONFLICT = WRITE_LOCK.rstrip() + f""",
+WRITE_LOCK_ON_CONFLICT = (
+    WRITE_LOCK.rstrip()
+    + f""",
        pg_advisory_xact_lock({HEAD_LOCK_CLASS},
                              hashtext(%(thread_id)s || '/' || %(checkpoint_ns)s))
 """
+)
 RUNS_LOCK = f"""
 SELECT pg_advisory_xact_lock({RUN_LOCK_CLASS}, h)
 FROM (SELECT DISTINCT hashtext(r) AS h FROM unnest(%(run_ids)b::text[]) AS r) AS keys
@@ -336,7 +339,7 @@ CLAIM_TASK_ID = "__colosseum_claim__"
 CLAIM_IDX = -100  # negative: a special slot, replaced on write, in Postgres and Redis
 CLAIM_CHANNEL = "__colosseum_claim__"
 
-_OPTIMISTIC = """
+_OPTIMISTIC = f"""
 head AS (
     SELECT (SELECT h.checkpoint_id FROM colosseum_checkpoints h
             WHERE h.thread_id = %(thread_id)s AND h.checkpoint_ns = %(checkpoint_ns)s
@@ -344,13 +347,12 @@ head AS (
            (SELECT w.task_path FROM colosseum_writes w
             WHERE w.thread_id = %(thread_id)s AND w.checkpoint_ns = %(checkpoint_ns)s
               AND w.checkpoint_id = %(claimed_id)s::text
-              AND w.task_id = '""" + CLAIM_TASK_ID + """' AND w.idx = """ + str(CLAIM_IDX) + """
-           ) AS claim
+              AND w.task_id = '{CLAIM_TASK_ID}' AND w.idx = {CLAIM_IDX}) AS claim
 ),
 conflict AS (
     SELECT head.id FROM head
     WHERE %(checked)s::boolean AND (
-        {head_moved}
+        {{head_moved}}
         OR (head.claim IS DISTINCT FROM %(seen_claim)s::text
             AND head.claim IS DISTINCT FROM %(writer)s::text))
 ),
@@ -360,6 +362,7 @@ _PUT_HEAD_MOVED = (
     " OR head.id = %(checkpoint_id)s)"
 )
 _WRITES_HEAD_MOVED = "(head.id IS NOT NULL AND head.id <> ALL(%(heads)s::text[]))"
+
 
 # The checkpoint row and its changed values in one statement. A delta row
 # needs its base: the base rows are locked (FOR KEY SHARE, so a concurrent
@@ -520,6 +523,7 @@ SELECT ARRAY(SELECT channel FROM missing) AS missing_bases,
 
 PUT = _put(optimistic=False)
 PUT_ON_CONFLICT = _put(optimistic=True)
+
 
 # Regular writes are insert-if-absent (a retried task must not change what
 # was recorded); special channels (negative idx: errors, interrupts, resumes)

@@ -80,13 +80,13 @@ from langgraph_colosseum._core.values import (
 from langgraph_colosseum._core.versions import StateVersions
 from langgraph_colosseum.errors import (
     CheckpointDeletedError,
-    ThreadConflictError,
     CodecError,
     CorruptRowError,
     InvalidConfigError,
     LeaseLostError,
     SchemaVersionError,
     ThreadBusyError,
+    ThreadConflictError,
     UnsupportedValueError,
     ValueNotStorableError,
 )
@@ -1758,6 +1758,7 @@ def _claim_of(row: tuple) -> str | None:
             if task_id == sql.CLAIM_TASK_ID:
                 return task_path
     return None
+
 
 # The checkpoint document's record of channel_versions' key order, beside that
 # plain object (which SQL reads by channel name), when jsonb would reorder it.

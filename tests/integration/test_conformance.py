@@ -127,9 +127,12 @@ async def test_conformance_all_capabilities(
                 with ConnectionPool(url, max_size=4, kwargs=kwargs) as pool:
                     yield BlockingAsAsync(
                         ColosseumSaver(
-                            pool, cache=client, cache_prefix=CACHE_PREFIX, pgbouncer=bouncer,
+                            pool,
+                            cache=client,
+                            cache_prefix=CACHE_PREFIX,
+                            pgbouncer=bouncer,
                             **options,
-                        )  # fmt: skip
+                        )
                     )
         finally:
             if client is not None:

@@ -148,12 +148,16 @@ def race(
     reach the head lock before its put (and be the write refused)."""
     for worker, command in zip(workers, commands):
         worker.send(**command, gate_read=True, gate_writes=puts_first, watch_put=puts_first)
-    heads = {worker.expect(event="read", id=c["id"])["head"] for worker, c in zip(workers, commands)}
+    heads = {
+        worker.expect(event="read", id=c["id"])["head"] for worker, c in zip(workers, commands)
+    }
     assert len(heads) == 1, "both runs read the same head"
     for worker, command in zip(workers, commands):
         worker.send(cmd="open", name=f"read:{command['id']}")
     if puts_first:
-        puts = [worker.expect(event="first-put", id=c["id"]) for worker, c in zip(workers, commands)]
+        puts = [
+            worker.expect(event="first-put", id=c["id"]) for worker, c in zip(workers, commands)
+        ]
         assert sorted(p["outcome"] for p in puts) == ["refused", "stored"], puts
         for worker, command in zip(workers, commands):
             worker.send(cmd="open", name=f"writes:{command['id']}")
@@ -425,7 +429,7 @@ def test_two_checks_at_once_are_ordered_by_the_head_lock(
         _wait_for_waiting_backends(pg_url, 2)
         holder.commit()
     done = [run.result() for run in runs]
-    winner, loser = one_winner(done)
+    _winner, loser = one_winner(done)
     # the loser's input put, or its first step's writes (sent meanwhile, they
     # may take the head lock before its put does): either is refused
     assert loser["operation"] in ("put", "put_writes")
@@ -503,8 +507,10 @@ async def test_async_two_runs_one_head_one_wins(mode: str, pg_url: str, kind: st
         saver.barrier = asyncio.Barrier(2)
 
         async def one(name: str) -> str:
-            payload = {"messages": [f"async-{name}"]} if kind == "input" else Command(
-                resume=f"async-{name}"
+            payload = (
+                {"messages": [f"async-{name}"]}
+                if kind == "input"
+                else Command(resume=f"async-{name}")
             )
             try:
                 await graph.ainvoke(payload, thread.config, durability="sync")
