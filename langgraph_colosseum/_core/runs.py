@@ -60,9 +60,11 @@ class RunWrites:
         self.dead = False
         self.pending: set[CheckpointKey] = set()
         self.stored: deque[CheckpointKey] = deque(maxlen=_STORED_KEPT)
-        # on_conflict: the checkpoints whose put this run sent, newest last
-        # (noted before the statement: it may commit before the call returns)
-        self.sent: deque[CheckpointKey] = deque(maxlen=_STORED_KEPT)
+        # on_conflict: per (thread, namespace), the checkpoints whose put this
+        # run sent, newest last (noted before the statement: it may commit
+        # before the call returns); per namespace, so that a fan-out of
+        # subgraphs does not push the root's out
+        self.sent: dict[tuple[str, str], deque[str]] = {}
         self.writer = uuid.uuid4().hex  # the claim this run's writes leave (on_conflict)
         self.reads: dict[tuple[str, str], Read] = {}
         # the conflict that refused this run: its later writes raise it again
@@ -86,12 +88,13 @@ class RunWrites:
 
     def put_sending(self, key: CheckpointKey) -> None:
         with self._lock:
-            self.sent.append(key)
+            sent = self.sent.setdefault(key[:2], deque(maxlen=_STORED_KEPT))
+            sent.append(key[2])
 
     def own(self, thread_id: str, checkpoint_ns: str) -> list[str]:
         """The checkpoints of (thread, namespace) this run sent a put of, newest last."""
         with self._lock:
-            return [k[2] for k in self.sent if k[0] == thread_id and k[1] == checkpoint_ns]
+            return list(self.sent.get((thread_id, checkpoint_ns), ()))
 
     def begin(self) -> bool:
         """Count a statement in flight; False when the run is dead (send nothing)."""
