@@ -32,6 +32,9 @@ import psycopg
 from psycopg import _queries as psycopg_queries
 from psycopg import conninfo
 
+# Imported for its effect: psycopg dumps the typed array parameters of
+# _core/arrays.py with it (registered once, for every connection).
+from langgraph_colosseum import _arrays  # noqa: F401
 from langgraph_colosseum._core.io import Query, Request, Transaction
 from langgraph_colosseum._redact import redact
 from langgraph_colosseum.errors import (

@@ -32,6 +32,7 @@ from langgraph.checkpoint.base import (
 from langgraph.checkpoint.serde.types import ERROR, INTERRUPT
 
 from langgraph_colosseum._core import schema, shapes, sql
+from langgraph_colosseum._core.arrays import IntArray, TextArray
 from langgraph_colosseum._core.bases import DEFAULT_MAX_BYTES, BaseCache, ChannelKey
 from langgraph_colosseum._core.codec import in_jsonb_order, is_object_key
 from langgraph_colosseum._core.crypt import (
@@ -623,8 +624,8 @@ class CheckpointStore:
             "metadata": metadata_text,
             "parents": _parents(metadata.get("parents")),
             "created": uuid6_time(checkpoint_id),
-            "channels": list(new_versions),
-            "versions": [str(v) for v in new_versions.values()],
+            "channels": TextArray(new_versions),
+            "versions": TextArray([str(v) for v in new_versions.values()]),
             **self._registry_params(
                 config, thread_id, checkpoint_ns, values, new_versions, planned
             ),
@@ -905,7 +906,7 @@ class CheckpointStore:
                 run_metadata, sealed_for=(thread_id, "metadata")
             ),
             "values_set": orjson.dumps(values_set).decode(),
-            "values_del": values_del,
+            "values_del": TextArray(values_del),
             "ttl": self.thread_ttl,
         }
 
@@ -1007,8 +1008,8 @@ class CheckpointStore:
             "checkpoint_id": checkpoint_id,
             "task_id": task_id,
             "task_path": task_path,
-            "idxs": list(by_idx),
-            "channels": [channel for channel, _ in by_idx.values()],
+            "idxs": IntArray(by_idx),
+            "channels": TextArray([channel for channel, _ in by_idx.values()]),
             "run_owner": owner,
             "run_token": token,
             # the writing run, as its checkpoints record it (delete_for_runs
@@ -1805,10 +1806,10 @@ def _value_chains(keys: list[ValueKey], known: Sequence[ValueKey] = ()) -> Query
 
 def _key_columns(prefix: str, keys: Sequence[ValueKey]) -> dict[str, list[str]]:
     return {
-        f"{prefix}threads": [k[0] for k in keys],
-        f"{prefix}namespaces": [k[1] for k in keys],
-        f"{prefix}channels": [k[2] for k in keys],
-        f"{prefix}versions": [k[3] for k in keys],
+        f"{prefix}threads": TextArray([k[0] for k in keys]),
+        f"{prefix}namespaces": TextArray([k[1] for k in keys]),
+        f"{prefix}channels": TextArray([k[2] for k in keys]),
+        f"{prefix}versions": TextArray([k[3] for k in keys]),
     }
 
 
@@ -1823,7 +1824,10 @@ def _value_row(thread_id, checkpoint_ns, channel, version, base, encoding, json,
 
 
 def _known(keys: list[ValueKey]) -> dict[str, list[str]]:
-    return {"known_channels": [k[2] for k in keys], "known_versions": [k[3] for k in keys]}
+    return {
+        "known_channels": TextArray([k[2] for k in keys]),
+        "known_versions": TextArray([k[3] for k in keys]),
+    }
 
 
 def _row_size(row: ValueRow) -> int:
@@ -1840,8 +1844,8 @@ def _json_size(row: ValueRow) -> int:
 def _value_columns(stored: list[StoredValue]) -> dict[str, list[Any]]:
     return {
         **columns(stored),
-        "bases": [s.base_version for s in stored],
-        "depths": [s.depth for s in stored],
+        "bases": TextArray([s.base_version for s in stored]),
+        "depths": IntArray([s.depth for s in stored]),
     }
 
 

@@ -27,6 +27,7 @@ from langgraph.checkpoint.serde.base import SerializerProtocol
 from langgraph.checkpoint.serde.encrypted import EncryptedSerializer
 
 from langgraph_colosseum._core import shapes
+from langgraph_colosseum._core.arrays import BytesArray, TextArray
 from langgraph_colosseum._core.codec import TypeRegistry, UnregisteredClass, is_object_key
 from langgraph_colosseum._core.crypt import (
     SEALED_KEY,
@@ -524,10 +525,10 @@ def corrupt_row(
 def columns(values: list[StoredValue]) -> dict[str, list[Any]]:
     """Column arrays for an ``unnest(...)`` insert of many values."""
     return {
-        "encodings": [v.encoding for v in values],
-        "jsons": [v.json for v in values],
-        "datas": [v.data for v in values],
-        "types": [v.type for v in values],
+        "encodings": TextArray([v.encoding for v in values]),
+        "jsons": TextArray([v.json for v in values]),
+        "datas": BytesArray([v.data for v in values]),
+        "types": TextArray([v.type for v in values]),
     }
 
 
