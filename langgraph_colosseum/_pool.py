@@ -190,6 +190,16 @@ class AsyncStampingConnectionPool(AsyncConnectionPool):
         await super().putconn(conn)
 
 
+# _LOAN. The drivers borrow a connection per request with `getconn()` and give
+# it back with `putconn()` in a `finally`, not with `pool.connection()`: that
+# context manager also enters the connection itself (`with conn:`), whose exit
+# runs `commit()` (the connection's lock, a wait on a generator) for nothing,
+# since every request ends its own transaction (_driver.py), and it is a
+# generator-based context manager on top. Giving back is the same either way:
+# `putconn` rolls back a connection left in a transaction and replaces a
+# broken one.
+
+
 def pool_arguments(
     conn_string: str,
     settings: PoolSettings,

@@ -200,9 +200,13 @@ class AsyncColosseumSaver(ColosseumSaverBase[AsyncThreads]):
             conn = None
             try:
                 if isinstance(self.conn, AsyncConnectionPool):
-                    async with self.conn.connection() as conn:
+                    # getconn / putconn, not `pool.connection()`: see _LOAN in _pool.py.
+                    conn = await self.conn.getconn()
+                    try:
                         self._connected = True
                         return await aperform(conn, request)
+                    finally:
+                        await self.conn.putconn(conn)
                 assert self._conn_lock is not None
                 async with self._conn_lock:
                     conn = self.conn

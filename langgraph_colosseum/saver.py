@@ -8,7 +8,7 @@ import threading
 import time
 import weakref
 from collections.abc import AsyncIterator, Iterable, Iterator
-from contextlib import contextmanager, nullcontext
+from contextlib import contextmanager
 from datetime import timedelta
 from typing import Any, TypeVar
 
@@ -230,12 +230,6 @@ class ColosseumSaver(ColosseumSaverBase[Threads]):
 
     # Driver primitives ---------------------------------------------------
 
-    def _connection(self) -> Any:
-        if isinstance(self.conn, ConnectionPool):
-            return self.conn.connection()
-        assert self._conn_lock is not None
-        return _locked(self._conn_lock, self.conn)
-
     def _perform(self, request: Request) -> Any:
         if isinstance(request, (CacheCall, CacheDrop)):
             assert self.cache is not None
@@ -246,7 +240,17 @@ class ColosseumSaver(ColosseumSaverBase[Threads]):
         while True:
             conn = None
             try:
-                with self._connection() as conn:
+                if isinstance(self.conn, ConnectionPool):
+                    # getconn / putconn, not `pool.connection()`: see _LOAN in _pool.py.
+                    conn = self.conn.getconn()
+                    try:
+                        self._connected = True
+                        return perform(conn, request)
+                    finally:
+                        self.conn.putconn(conn)
+                assert self._conn_lock is not None
+                with self._conn_lock:
+                    conn = self.conn
                     self._connected = True
                     return perform(conn, request)
             except CONFLICTS:
@@ -293,9 +297,3 @@ def _drop_stale_heads_of(saver: weakref.ref[ColosseumSaver]) -> None:
     alive = saver()
     if alive is not None and alive._store.recorded_stale and not alive.conn.closed:
         alive.drop_stale_heads()
-
-
-@contextmanager
-def _locked(lock: threading.Lock, conn: psycopg.Connection) -> Iterator[psycopg.Connection]:
-    with lock, nullcontext(conn):
-        yield conn
