@@ -139,9 +139,9 @@ def test_a_cyclic_delta_chain_is_a_prompt_miss_and_redis_stays_up(
         client.hset(key, b"\x00b\x00messages\x00" + full, top)  # full row -> top: a cycle
 
         with worker(pg_url, private_redis.client()) as reader:  # no bases: walks the chain
-            started = time.monotonic()
             assert_fresh(reader, truth, "cyclic")
-            assert time.monotonic() - started < 0.4, "answered before any client timeout"
+            # A script that looped would meet the client's socket timeout, fail
+            # the call and open the breaker (no timing: a loaded machine is slow).
             assert reader.cache.breaker.backoff == 0.0, "no Redis call failed"
             assert client.ping()
             # A fork writes over the cycle: its drop must end too.
