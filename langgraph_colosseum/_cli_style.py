@@ -17,6 +17,7 @@ from typing import Any, TypeVar
 import psycopg
 import redis
 import typer
+from rich.cells import cell_len
 from rich.console import Console
 from rich.table import Table
 from rich.text import Text
@@ -89,21 +90,61 @@ def cell(value: Any, *, keep_newlines: bool = True) -> Text:
     return Text(safe(value, keep_newlines=keep_newlines))
 
 
+class WholeIdTable(Table):
+    """A table that keeps its id (and short) columns whole: `needs` is the width
+    at which they still fit on one line, the other columns folded to 4
+    characters each."""
+
+    def __init__(self, *args: Any, keep: tuple[bool, ...], **kwargs: Any) -> None:
+        super().__init__(*args, **kwargs)
+        self.keep = keep
+        # A kept column's widest cell; a column that wraps may fold to 4 characters.
+        self.narrowest = [0] * len(keep)
+
+    def add_cells(self, *cells: Text) -> None:
+        for index, text in enumerate(cells):
+            if self.keep[index]:
+                widest = max(cell_len(line) for line in text.plain.split("\n"))
+                self.narrowest[index] = max(self.narrowest[index], widest)
+        self.add_row(*cells)
+
+    @property
+    def needs(self) -> int:
+        widths = [
+            max(n, cell_len(str(c.header))) if k else min(cell_len(str(c.header)), 4)
+            for n, k, c in zip(self.narrowest, self.keep, self.columns)
+        ]
+        # "│ " and " " around each column, and the last "│"; a title's words
+        # (an id in it) stay whole too.
+        title = self.title.plain.split() if isinstance(self.title, Text) else []
+        return max([sum(widths) + 3 * len(widths) + 1] + [cell_len(w) for w in title])
+
+
 def table(
     *columns: str, title: str | None = None, ids: tuple[str, ...] = (), short: tuple[str, ...] = ()
-) -> Table:
-    """A table that never cuts an id: `ids` columns keep their width and long
-    text columns wrap. At 80 columns (whenever output is piped) an id cut
-    short ("committee-992ee11e…") could name two threads."""
-    made = Table(title=cell(title) if title is not None else None, title_justify="left")
-    for column in columns:
-        keep = column in ids or column in short
-        made.add_column(column, no_wrap=keep, overflow="fold")
+) -> WholeIdTable:
+    """A table that never cuts an id: `ids` (and `short`) columns keep their width
+    and the other columns wrap. At 80 columns (whenever output is piped) an id
+    cut short ("committee-992ee11e…") could name two threads; on a terminal too
+    narrow even for the ids, the table is printed wider than it (see `show`)."""
+    keep = tuple(column in ids or column in short for column in columns)
+    made = WholeIdTable(title=cell(title) if title is not None else None, title_justify="left",
+                        keep=keep)  # fmt: skip
+    for column, kept in zip(columns, keep):
+        made.add_column(column, no_wrap=kept, overflow="fold")
     return made
 
 
-def row(table: Table, *values: Any) -> None:
-    table.add_row(*(cell(v) for v in values))
+def row(table: WholeIdTable, *values: Any) -> None:
+    table.add_cells(*(cell(v) for v in values))
+
+
+def show(made: Table) -> None:
+    """Print a table: wider than the terminal (the terminal wraps the lines) when
+    it is too narrow for the ids to stay whole, never cutting one."""
+    if isinstance(made, WholeIdTable) and made.needs > console.width:
+        made.width = made.needs
+    console.print(made, crop=False)
 
 
 def emit(data: Any, as_json: bool, table: Table | None = None, caption: str | None = None) -> None:
@@ -111,7 +152,7 @@ def emit(data: Any, as_json: bool, table: Table | None = None, caption: str | No
         typer.echo(json.dumps(data, default=str, indent=2, ensure_ascii=False))
         return
     if table is not None:
-        console.print(table)
+        show(table)
     if caption:
         console.print(cell(caption), highlight=False)
 

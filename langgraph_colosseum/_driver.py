@@ -77,7 +77,8 @@ def connection_kwargs(conn_string: str, connect_timeout: float | None) -> dict[s
         params = conninfo.conninfo_to_dict(conn_string)
     except psycopg.ProgrammingError as exc:
         raise InvalidConfigError(
-            f"{redact(conn_string)!r} is not a Postgres connection string: {exc}. Expected "
+            f"{redact(conn_string)!r} is not a Postgres connection string: "
+            f"{str(exc).strip()}. Expected "
             "a URL such as postgresql://user:password@host:5432/dbname, or "
             "'host=... dbname=... user=...'"
         ) from None

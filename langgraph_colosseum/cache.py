@@ -23,6 +23,8 @@ import logging
 import threading
 import time
 import weakref
+from collections.abc import Iterator
+from contextlib import contextmanager
 from typing import Any, NamedTuple
 
 import redis
@@ -38,6 +40,8 @@ from langgraph_colosseum._core import io
 from langgraph_colosseum._core.hot import SCRIPTS as HEAD_SCRIPTS
 from langgraph_colosseum._core.hot_items import ITEM_SCRIPTS
 from langgraph_colosseum._core.io import CACHE_UNAVAILABLE, CacheCall, CacheDrop
+from langgraph_colosseum._redact import redact
+from langgraph_colosseum.errors import InvalidConfigError
 
 logger = logging.getLogger("langgraph_colosseum")
 
@@ -84,12 +88,15 @@ def is_cluster_node(url: str) -> bool:
         return False
 
 
-def client_from_url(url: str) -> redis.Redis | redis.cluster.RedisCluster:
-    """A blocking client for `url` (see `client_options`); a RedisCluster when
-    `url` names a node of a Cluster (see `is_cluster_node`)."""
-    if is_cluster_node(url):
-        return redis.cluster.RedisCluster.from_url(url, **client_options())
-    return redis.Redis.from_url(url, **client_options())
+def client_from_url(url: str, **options: Any) -> redis.Redis | redis.cluster.RedisCluster:
+    """A blocking client for `url` (see `client_options`; `options` override
+    them); a RedisCluster when `url` names a node of a Cluster (see
+    `is_cluster_node`)."""
+    options = {**client_options(), **options}
+    with _redis_url(url):
+        if is_cluster_node(url):
+            return redis.cluster.RedisCluster.from_url(url, **options)
+        return redis.Redis.from_url(url, **options)
 
 
 def async_client_from_url(url: str) -> redis.asyncio.Redis | redis.asyncio.cluster.RedisCluster:
@@ -97,9 +104,23 @@ def async_client_from_url(url: str) -> redis.asyncio.Redis | redis.asyncio.clust
     `url` names a node of a Cluster (asked with a blocking call, once)."""
     options = client_options()
     options["retry"] = AsyncRetry(NoBackoff(), 0)
-    if is_cluster_node(url):
-        return redis.asyncio.cluster.RedisCluster.from_url(url, **options)
-    return redis.asyncio.Redis.from_url(url, **options)
+    with _redis_url(url):
+        if is_cluster_node(url):
+            return redis.asyncio.cluster.RedisCluster.from_url(url, **options)
+        return redis.asyncio.Redis.from_url(url, **options)
+
+
+@contextmanager
+def _redis_url(url: str) -> Iterator[None]:
+    """redis-py refuses a malformed URL with a bare ValueError (or TypeError):
+    say which URL (its password as ***) and what one looks like."""
+    try:
+        yield
+    except (ValueError, TypeError) as exc:
+        raise InvalidConfigError(
+            f"{redact(url)!r} is not a Redis URL: {redact(exc)}. Expected one such as "
+            "redis://host:6379/0, rediss://host:6380/0 (TLS) or unix:///path/to/socket"
+        ) from None
 
 
 class Breaker:

@@ -54,6 +54,7 @@ from langgraph_colosseum._core.crypt import Encryption
 from langgraph_colosseum._core.hot import KEY_PREFIX
 from langgraph_colosseum._core.threads import STATUSES
 from langgraph_colosseum._redact import redact, safe
+from langgraph_colosseum.cache import client_from_url
 from langgraph_colosseum.cli_state import state_app
 from langgraph_colosseum.cli_store import store_app
 from langgraph_colosseum.demo import DEFAULT_TICKER, DemoFailedError
@@ -61,7 +62,14 @@ from langgraph_colosseum.demo import run as run_demo
 from langgraph_colosseum.errors import (
     ColosseumError,
 )
-from langgraph_colosseum.inspection import Inspector, Page, channel_changes, readable
+from langgraph_colosseum.inspection import (
+    Inspector,
+    Page,
+    channel_changes,
+    page_of,
+    read_export,
+    readable,
+)
 from langgraph_colosseum.saver import ColosseumSaver
 
 __all__ = ["app", "channel_changes"]
@@ -161,12 +169,17 @@ def _import_class(name: str) -> type:
 
 
 @contextmanager
-def _saver(**options: Any) -> Iterator[ColosseumSaver]:
+def _saver(*, hot_cache: bool = True, **options: Any) -> Iterator[ColosseumSaver]:
+    """The saver from_env() makes; without `hot_cache`, on Postgres alone (doctor
+    checks the database and Redis each on its own, so one cannot hide the other)."""
     # An encrypted database is read with its keys, as the application reads it.
     encryption = _encryption() if os.environ.get(ENCRYPTION_KEYS_ENV) else None
-    with ColosseumSaver.from_env(
-        pool_size=2, types=list(_TYPES), encryption=encryption, **options
-    ) as saver:
+    options.update(pool_size=2, types=list(_TYPES), encryption=encryption)
+    if hot_cache:
+        opened = ColosseumSaver.from_env(**options)
+    else:
+        opened = ColosseumSaver.from_conn_string(embedded.servers()[0], **options)
+    with opened as saver:
         yield saver
 
 
@@ -318,7 +331,7 @@ def doctor(as_json: bool = JSON_OPTION) -> None:
     }
     problems: list[str] = []
     try:
-        with _saver() as saver, saver.conn.connection() as conn:
+        with _saver(hot_cache=False) as saver, saver.conn.connection() as conn:
             report["server"] = conn.execute("SHOW server_version").fetchone()[0]
             row = conn.execute(
                 "SELECT to_regclass(%s) IS NOT NULL", [schema.SCHEMA_TABLE]
@@ -340,9 +353,10 @@ def doctor(as_json: bool = JSON_OPTION) -> None:
         elif version > schema.LATEST_VERSION:
             problems.append(f"the schema is at version {version}, newer than this code "
                             f"({schema.LATEST_VERSION}): upgrade langgraph-colosseum")  # fmt: skip
-    report.update(_redis_report())
-    if report.get("redis_ping") is False:
-        problems.append(f"Redis does not answer PING: {report.get('redis_error')}")
+    redis_report, redis_problem = _redis_report()
+    report.update(redis_report)
+    if redis_problem:
+        problems.append(redis_problem)
     report["ok"] = not problems
     report["problems"] = [redact(p) for p in problems]
     table = _table("check", "value", title="colosseum doctor")
@@ -356,25 +370,30 @@ def doctor(as_json: bool = JSON_OPTION) -> None:
         raise typer.Exit(FAILED)
 
 
-def _redis_report() -> dict[str, Any]:
-    """The hot cache as from_env() would use it: configured, embedded or none; and PING."""
+def _redis_report() -> tuple[dict[str, Any], str | None]:
+    """The hot cache as from_env() would use it (configured, embedded or none)
+    and whether it answers PING; and the problem to report, if any."""
     try:
         _, url = embedded.servers()
     except embedded.EmbeddedUnavailableError as exc:
-        return {"redis": "none", "redis_url": None, "redis_ping": False, "redis_error": str(exc)}
+        return {"redis": "none", "redis_url": None, "redis_ping": False,
+                "redis_error": str(exc)}, str(exc)  # fmt: skip
     if url is None:
         # A configured database with no Redis URL: the saver runs on Postgres alone.
-        return {"redis": "none", "redis_url": None, "redis_ping": None}
-    mode = "configured" if embedded.configured_redis_url() else "embedded"
-    shown = redact(url)
+        return {"redis": "none", "redis_url": None, "redis_ping": None}, None
+    report = {"redis": "configured" if embedded.configured_redis_url() else "embedded",
+              "redis_url": redact(url)}  # fmt: skip
     try:
-        client = redis.Redis.from_url(url, socket_connect_timeout=3, socket_timeout=3)
-    except ValueError as exc:  # not a Redis URL at all
-        return {"redis": mode, "redis_url": shown, "redis_ping": False, "redis_error": redact(exc)}
+        client = client_from_url(url, socket_connect_timeout=3, socket_timeout=3)
+    except ColosseumError as exc:  # not a Redis URL at all: no PING was sent
+        return {**report, "redis_ping": False, "redis_error": str(exc)}, str(exc)
     try:
-        return {"redis": mode, "redis_url": shown, "redis_ping": bool(client.ping())}
+        return {**report, "redis_ping": bool(client.ping())}, None
     except (redis.RedisError, OSError) as exc:
-        return {"redis": mode, "redis_url": shown, "redis_ping": False, "redis_error": redact(exc)}
+        error = redact(exc)
+        return {**report, "redis_ping": False, "redis_error": error}, (
+            f"Redis does not answer PING: {error}"
+        )
     finally:
         client.close()
 
@@ -424,7 +443,7 @@ def history(
     # The parent is usually the next (older) row: "↓" says so; a fork's parent
     # elsewhere is shown whole, so the tree reads without ids cut short.
     table = _table("checkpoint", "parent", "step", "source", "branch", title=title,
-                   ids=("checkpoint",), short=("step", "source", "branch"))  # fmt: skip
+                   ids=("checkpoint", "parent"), short=("step", "source", "branch"))  # fmt: skip
     rows = page.items
     for i, r in enumerate(rows):
         parent = r["parent_checkpoint_id"]
@@ -545,36 +564,43 @@ def messages(
 @_command()
 def ledger(
     thread: Annotated[str, typer.Argument(help="A thread id, or a unique prefix of one.")],
+    limit: int = LIMIT_OPTION,
+    offset: int = OFFSET_OPTION,
     as_json: bool = JSON_OPTION,
 ) -> None:
     """The tool calls IdempotentToolNode recorded for a thread (run once, by key)."""
     with _inspector() as look:
         thread_id = look.thread_id(thread)
-        calls = look.ledger(thread_id)
+        page = page_of(look.ledger(thread_id), limit, offset)
     table = _table("tool", "status", "attempts", "output", "key", title=f"{thread_id}: tool ledger",
-                   short=("status",))  # fmt: skip
-    for c in calls:
+                   ids=("key",), short=("status",))  # fmt: skip
+    for c in page.items:
         _row(table, c["tool"], c["status"], str(c["attempts"]), c["output"] or c["error"] or "",
              c["idempotency_key"])  # fmt: skip
-    _emit(calls, as_json, table)
+    _emit(_paged(page), as_json, table, _page_caption(page, "tool calls"))
 
 
 @_command()
 def runs(
     thread: Annotated[str, typer.Argument(help="A thread id, or a unique prefix of one.")],
+    limit: int = LIMIT_OPTION,
+    offset: int = OFFSET_OPTION,
     as_json: bool = JSON_OPTION,
 ) -> None:
     """The thread's runs: those saver.runs(graph) recorded (strategy, status, the
-    process that ran it, who stopped it) and those that wrote checkpoints."""
+    process that ran it, who stopped it) and those that wrote checkpoints; and
+    who holds its run guard (--json: "guard")."""
     with _inspector() as look:
         thread_id = look.thread_id(thread)
         found = look.runs(thread_id)
+    page = page_of(found["runs"], limit, offset)
     table = _table("run", "status", "strategy", "checkpoints", "process", "stopped by / error",
-                   title=f"{thread_id}: runs", short=("status",))  # fmt: skip
-    for r in found["runs"]:
+                   title=f"{thread_id}: runs", ids=("run",), short=("status",))  # fmt: skip
+    for r in page.items:
         _row(table, r["run_id"], r["status"] or "", r["strategy"] or "", str(r["checkpoints"]),
              r["holder"] or "", r["stopped_by"] or r["error"] or "")  # fmt: skip
-    _emit(found, as_json, table)
+    data = {"thread_id": thread_id, "guard": found["guard"], **_paged(page)}
+    _emit(data, as_json, table, _page_caption(page, "runs"))
 
 
 @_command()
@@ -677,15 +703,10 @@ def import_thread(
         text = sys.stdin.read() if str(source) == "-" else source.read_text(encoding="utf-8")
     except OSError as exc:
         raise Fail(f"cannot read {source}: {exc.strerror}", BAD_INPUT) from None
-    try:
-        records = [json.loads(line) for line in text.splitlines() if line.strip()]
-    except json.JSONDecodeError as exc:
-        raise Fail(
-            f"{source} is not JSON lines (line {exc.lineno}: {exc.msg})", BAD_INPUT
-        ) from None
+    export = read_export(text, str(source))
     with _inspector() as look:
-        thread_id = look.import_thread(records, thread_id=thread)
-    typer.echo(f"imported {len(records) - 1} checkpoint(s) as thread {thread_id}")
+        thread_id = look.import_thread(export, thread_id=thread)
+    typer.echo(f"imported {len(export.records) - 1} checkpoint(s) as thread {thread_id}")
 
 
 def _embedded_command(name: str) -> Callable[[F], F]:

@@ -19,7 +19,16 @@ from typing import Any
 
 import typer
 
-from langgraph_colosseum._cli_style import Fail, cell, command, console, json_option, row, table
+from langgraph_colosseum._cli_style import (
+    Fail,
+    cell,
+    command,
+    console,
+    json_option,
+    row,
+    show,
+    table,
+)
 from langgraph_colosseum.memory import ColosseumStore
 
 store_app = typer.Typer(help="Browse the long-term memory Store: namespaces and items.")
@@ -114,7 +123,7 @@ def items(
             item.updated_at.isoformat(timespec="seconds"),
             _short(item.value),
         )
-    console.print(shown)
+    show(shown)
 
 
 @command(store_app, "get")

@@ -21,7 +21,7 @@ import dataclasses
 import enum
 import json
 import uuid
-from collections.abc import Callable, Iterable, Iterator, Mapping
+from collections.abc import Callable, Iterable, Iterator, Mapping, Sequence
 from dataclasses import dataclass
 from datetime import date, datetime, time
 from decimal import Decimal
@@ -36,7 +36,12 @@ from langgraph_colosseum._core import ledger
 from langgraph_colosseum._core import threads as thread_ops
 from langgraph_colosseum._core.store import checkpoint_config
 from langgraph_colosseum._core.versions import STATE_VERSION_KEY
-from langgraph_colosseum.errors import InvalidConfigError, NotFoundError, UnsupportedValueError
+from langgraph_colosseum.errors import (
+    CodecError,
+    InvalidConfigError,
+    NotFoundError,
+    UnsupportedValueError,
+)
 
 if TYPE_CHECKING:
     from langgraph_colosseum.saver import ColosseumSaver
@@ -53,7 +58,48 @@ class Page:
 
     total: int
     offset: int
-    items: list[dict[str, Any]]
+    items: list[Any]
+
+
+_RECORD_KEYS = ("checkpoint_ns", "checkpoint_id", "parent_checkpoint_id", "checkpoint",
+                "metadata", "writes")  # fmt: skip
+
+
+@dataclass(frozen=True)
+class ExportFile:
+    """The records of an export, each with the line it was on (for errors)."""
+
+    source: str
+    records: list[Any]
+    lines: list[int]
+    unit: str = "line"
+
+    def error(self, line: int, problem: str) -> InvalidConfigError:
+        return InvalidConfigError(f"{self.source}, {self.unit} {line}: {problem}; nothing was "
+                                  "imported")  # fmt: skip
+
+
+def read_export(text: str, source: str) -> ExportFile:
+    """The JSON lines of `colosseum export` output (blank lines skipped), each
+    record with its line number; `InvalidConfigError` naming the first line
+    that is not JSON.
+
+    Example:
+        >>> read_export('{"format": "langgraph-colosseum/thread-v1"}\\n', "t.jsonl").lines
+        [1]
+    """
+    records, lines = [], []
+    for number, line in enumerate(text.splitlines(), 1):
+        if not line.strip():
+            continue
+        try:
+            records.append(json.loads(line))
+        except json.JSONDecodeError as exc:  # its lineno is within this one line
+            raise ExportFile(source, [], []).error(
+                number, f"not JSON ({exc.msg}, column {exc.colno})"
+            ) from None
+        lines.append(number)
+    return ExportFile(source, records, lines)
 
 
 class Inspector:
@@ -171,8 +217,8 @@ class Inspector:
         thread_id = self.thread_id(thread)
         at = self.checkpoint_id(thread_id, checkpoint) if checkpoint else None
         entries = self.saver.threads.messages(thread_id, channel, checkpoint_id=at)
-        page = entries[offset:] if limit is None else entries[offset : offset + limit]
-        return Page(len(entries), offset, [_audit_row(e) for e in page])
+        page = page_of(entries, limit, offset)
+        return Page(page.total, offset, [_audit_row(e) for e in page.items])
 
     def ledger(self, thread: str) -> list[dict[str, Any]]:
         """The tool calls IdempotentToolNode recorded for the thread."""
@@ -352,43 +398,114 @@ class Inspector:
             }
 
     def import_thread(
-        self, records: Iterable[Mapping[str, Any]], thread_id: str | None = None
+        self, records: ExportFile | Iterable[Mapping[str, Any]], thread_id: str | None = None
     ) -> str:
         """Write an exported thread back (under `thread_id`, default its own id).
 
         Refuses a thread id that already has checkpoints: an import never merges.
+        All or nothing: every record is read and checked (its shape, its values,
+        its parent) before anything is written, and a write refused half way
+        (say, a class this saver does not know) deletes what the import wrote.
+        `records` is an `ExportFile` (see `read_export`; errors then name its
+        lines) or the records themselves.
+
+        Example:
+            >>> look.import_thread(read_export(path.read_text(), str(path)), "copy-1")
         """
-        records = iter(records)
-        header = next(records, None)
-        if not header or header.get("format") != EXPORT_FORMAT:
-            raise InvalidConfigError(
-                f'not a thread export: the first line must carry "format": "{EXPORT_FORMAT}"'
-            )
+        if not isinstance(records, ExportFile):
+            listed = list(records)
+            records = ExportFile("the records", listed, list(range(1, len(listed) + 1)), "record")
+        header, checkpoints = self._checked_export(records)
         target = thread_id or header["thread_id"]
         if self._run(ops.any_checkpoint(target)):
             raise InvalidConfigError(
                 f"thread {target!r} already exists; import under another id (--thread NEW_ID) "
                 "or delete it first"
             )
-        for record in records:
-            checkpoint = self._unpack(record["checkpoint"])
-            parent = checkpoint_config(
-                target, record["checkpoint_ns"], record["parent_checkpoint_id"]
-            )
-            if record["parent_checkpoint_id"] is None:
-                parent["configurable"].pop("checkpoint_id")
-            saved = self.saver.put(
-                parent, checkpoint, self._unpack(record["metadata"]), checkpoint["channel_versions"]
-            )
-            by_task: dict[tuple[str, str], list[tuple[str, Any]]] = {}
-            for task_id, channel, value, path in record["writes"]:
-                by_task.setdefault((task_id, path), []).append((channel, self._unpack(value)))
-            for (task_id, path), writes in by_task.items():
-                self.saver.put_writes(saved, writes, task_id, path)
-        metadata = self._unpack(header["metadata"])
-        if metadata:
-            self.saver.threads.update(target, metadata=metadata)
+        try:
+            for ns, parent_id, checkpoint, metadata, writes in checkpoints:
+                parent = checkpoint_config(target, ns, parent_id)
+                if parent_id is None:
+                    parent["configurable"].pop("checkpoint_id")
+                saved = self.saver.put(parent, checkpoint, metadata, checkpoint["channel_versions"])
+                for (task_id, path), task_writes in writes.items():
+                    self.saver.put_writes(saved, task_writes, task_id, path)
+            if header["metadata"]:
+                self.saver.threads.update(target, metadata=header["metadata"])
+        except BaseException:
+            # The target had no checkpoint before (checked above): what is
+            # there now is this import's, and half a thread is worse than none.
+            self.saver.delete_thread(target)
+            raise
         return target
+
+    def _checked_export(self, export: ExportFile) -> tuple[dict[str, Any], list[Any]]:
+        """The header and each checkpoint of `export`, values decoded, ready to write;
+        `InvalidConfigError` naming the line of the first record that does not fit."""
+        records = iter(zip(export.lines, export.records))
+        first = next(records, None)
+        line, header = first if first else (1, None)
+        if not isinstance(header, Mapping) or header.get("format") != EXPORT_FORMAT:
+            raise export.error(line, "not a thread export: the first line must carry "
+                               f'"format": "{EXPORT_FORMAT}"')  # fmt: skip
+        seen: set[tuple[str, str]] = set()
+        checked: list[Any] = []
+        try:
+            if not isinstance(header.get("thread_id"), str):
+                raise ValueError('"thread_id" is not a string')
+            unpacked_header = {"thread_id": header["thread_id"],
+                               "metadata": self._unpack_field(header, "metadata", dict)}  # fmt: skip
+            for line, record in records:  # noqa: B007 - the error below names `line`
+                if not isinstance(record, Mapping):
+                    raise ValueError("not a JSON object")
+                missing = [key for key in _RECORD_KEYS if key not in record]
+                if missing:
+                    raise ValueError(f"no {', '.join(map(repr, missing))} (a checkpoint record "
+                                     f"holds {', '.join(_RECORD_KEYS)})")  # fmt: skip
+                ns, cid, parent_id = (record[k] for k in _RECORD_KEYS[:3])
+                if not isinstance(ns, str) or not isinstance(cid, str):
+                    raise ValueError("checkpoint_ns and checkpoint_id must be strings")
+                if parent_id is not None and (ns, parent_id) not in seen:
+                    raise ValueError(f"parent_checkpoint_id {parent_id!r} is not a checkpoint "
+                                     "of an earlier line")  # fmt: skip
+                if (ns, cid) in seen:
+                    raise ValueError(f"checkpoint_id {cid!r} is there twice")
+                checkpoint = self._unpack_field(record, "checkpoint", dict)
+                if checkpoint.get("id") != cid or not isinstance(
+                    checkpoint.get("channel_versions"), dict
+                ):
+                    raise ValueError("the checkpoint's id differs from checkpoint_id, or it has "
+                                     "no channel_versions")  # fmt: skip
+                metadata = self._unpack_field(record, "metadata", dict)
+                writes: dict[tuple[str, str], list[tuple[str, Any]]] = {}
+                if not isinstance(record["writes"], list):
+                    raise ValueError("writes is not a list")
+                for write in record["writes"]:
+                    if not (isinstance(write, list) and len(write) == 4 and isinstance(write[2], dict)
+                            and all(isinstance(write[i], str) for i in (0, 1, 3))):  # fmt: skip
+                        raise ValueError("each of writes must be [task_id, channel, value, path]")
+                    task_id, channel, value, path = write
+                    unpacked = self._unpack_field({"writes": value}, "writes", object)
+                    writes.setdefault((task_id, path), []).append((channel, unpacked))
+                seen.add((ns, cid))
+                checked.append((ns, parent_id, checkpoint, metadata, writes))
+        except (ValueError, TypeError, KeyError, CodecError) as exc:
+            raise export.error(line, str(exc)) from None
+        return unpacked_header, checked
+
+    def _unpack_field(self, record: Mapping[str, Any], field: str, kind: type) -> Any:
+        packed = record[field]
+        if not isinstance(packed, Mapping) or not ("json" in packed or "serde" in packed):
+            raise ValueError(f'{field} is not {{"json": ...}} or {{"serde": [type, base64]}}')
+        try:
+            value = self._unpack(packed)
+        except (ValueError, TypeError, CodecError) as exc:
+            raise ValueError(f"{field}: {exc}") from None
+        except Exception as exc:  # whatever the serde raises on bytes it did not write
+            raise ValueError(f"{field}: {type(exc).__name__}: {exc}") from None
+        if not isinstance(value, kind):
+            raise ValueError(f"{field} is not a {kind.__name__}")
+        return value
 
     def _pack(self, value: Any) -> dict[str, Any]:
         try:
@@ -401,7 +518,18 @@ class Inspector:
         if "json" in packed:
             return self._codec.load_json(json.dumps(packed["json"]))
         type_, data = packed["serde"]
-        return self._codec.serde.loads_typed((type_, base64.b64decode(data)))
+        return self._codec.serde.loads_typed((type_, base64.b64decode(data, validate=True)))
+
+
+def page_of(items: Sequence[Any], limit: int | None, offset: int = 0) -> Page:
+    """One page of a list that is read whole (`limit` None: to its end).
+
+    Example:
+        >>> page_of(Inspector(saver).ledger("t1"), limit=10, offset=10).total
+    """
+    _check_page(limit, offset)
+    end = None if limit is None else offset + limit
+    return Page(len(items), offset, list(items[offset:end]))
 
 
 def _check_page(limit: int | None, offset: int) -> None:

@@ -19,7 +19,7 @@ from langgraph.checkpoint.serde.types import TASKS
 from langgraph_colosseum._core.crypt import RowSealError, write_aad
 from langgraph_colosseum._core.io import Operation, Query, Sleep
 from langgraph_colosseum._core.keys import checked_key
-from langgraph_colosseum._core.values import ValueCodec, corrupt_row
+from langgraph_colosseum._core.values import ValueCodec, Where, corrupt_row, refused
 from langgraph_colosseum.errors import (
     CodecError,
     CorruptRowError,
@@ -289,7 +289,10 @@ def count(
 
 def update(thread_id: str, metadata: Mapping[str, Any], codec: ValueCodec) -> Operation[ThreadInfo]:
     thread_id = checked_key("thread_id", thread_id)
-    stored = codec.dump_object(metadata, sealed_for=(thread_id, "metadata"))
+    try:
+        stored = codec.dump_object(metadata, sealed_for=(thread_id, "metadata"))
+    except CodecError as exc:  # the registry is jsonb: no serde to fall back on
+        raise refused(Where(thread_id, "", None, "<metadata>"), exc) from None
     rows = yield Query(UPDATE, {"thread_id": thread_id, "metadata": stored})
     return _thread(rows[0], codec)
 

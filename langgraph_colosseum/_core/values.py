@@ -224,14 +224,7 @@ class ValueCodec:
             cls = failure.cls
             assert cls is not None
             if (cls.__module__, cls.__qualname__) not in self.serde_revives:
-                raise UnregisteredClassError(
-                    thread_id=where.thread_id,
-                    checkpoint_ns=where.checkpoint_ns,
-                    checkpoint_id=where.checkpoint_id,
-                    channel=where.channel,
-                    path=failure.path,
-                    class_name=f"{cls.__module__}.{cls.__qualname__}",
-                )
+                raise refused(where, failure)
         return self.dump_serde(value, where, failure.path)
 
     def dump_serde(self, value: Any, where: Where, path: str = "$") -> StoredValue:
@@ -484,6 +477,23 @@ def parse_json(text: str | None) -> Any:
         return orjson.loads(text)
     except orjson.JSONDecodeError as exc:
         return Unparsed(str(exc))
+
+
+def refused(where: Where, failure: CodecError) -> ValueNotStorableError:
+    """The error for a value the typed codec could not store where nothing else may:
+    an unregistered class says to register it (`types=`); anything else is
+    `ValueNotStorableError` with the codec's reason. Both name the place."""
+    cls = getattr(failure, "cls", None)
+    if type(failure) is UnregisteredClass and cls is not None:
+        return UnregisteredClassError(
+            thread_id=where.thread_id,
+            checkpoint_ns=where.checkpoint_ns,
+            checkpoint_id=where.checkpoint_id,
+            channel=where.channel,
+            path=failure.path,
+            class_name=f"{cls.__module__}.{cls.__qualname__}",
+        )
+    return not_storable(where, failure.path, failure)
 
 
 def not_storable(where: Where, path: str, cause: BaseException) -> ValueNotStorableError:

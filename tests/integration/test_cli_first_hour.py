@@ -74,6 +74,19 @@ def assert_clean_failure(result, code: int, *words: str) -> None:
     assert "Traceback" not in result.output
     assert result.exception is None or isinstance(result.exception, SystemExit)
     assert result.stderr.startswith("Error: "), result.output
+    assert len(result.stderr.splitlines()) == 1, result.stderr  # one line, not a box
+    for word in words:
+        assert word in result.stderr, result.stderr
+
+
+def assert_usage_error(result, *words: str) -> None:
+    """A usage mistake (an unknown option, a missing argument): click's usage
+    message (the command's usage line and a boxed reason), exit 2, no traceback."""
+    assert result.exit_code == 2, result.output
+    assert "Traceback" not in result.output
+    assert result.exception is None or isinstance(result.exception, SystemExit)
+    assert result.stderr.startswith("Usage: "), result.stderr
+    assert "Try " in result.stderr and "--help" in result.stderr
     for word in words:
         assert word in result.stderr, result.stderr
 

@@ -559,7 +559,7 @@ def test_the_cli_shows_runs(pg_url: str, monkeypatch: pytest.MonkeyPatch) -> Non
     monkeypatch.setenv("COLOSSEUM_DATABASE_URL", pg_url)
     result = CliRunner().invoke(app, ["runs", "cli-t", "--json"])
     assert result.exit_code == 0, result.output
-    shown = {r["run_id"]: r for r in json.loads(result.output)["runs"]}
+    shown = {r["run_id"]: r for r in json.loads(result.output)["items"]}
     assert sorted((r["status"], r["strategy"], r["checkpoints"] > 0) for r in shown.values()) == [
         ("interrupted", "enqueue", False), ("success", "reject", True)]  # fmt: skip
     assert shown["stuck"]["holder"] == "elsewhere:7" and shown["stuck"]["stopped_by"] == "cancel"
