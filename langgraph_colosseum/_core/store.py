@@ -10,7 +10,7 @@ import copy
 import logging
 import math
 import random
-from collections.abc import Callable, Mapping, Sequence
+from collections.abc import Callable, Iterator, Mapping, Sequence
 from datetime import timedelta
 from typing import Any
 
@@ -412,44 +412,84 @@ class CheckpointStore:
         else:
             order, cursor_sql = sql.LIST_ORDER_ANYWHERE, sql.LIST_CURSOR_ANYWHERE
         remaining = limit
-        cursor: tuple[str, str, str] | None = None
+        if remaining is not None and remaining <= 0:
+            return
         # Rebuilt versions carry over from page to page: the next (older) page's
         # values are mostly the bases of this one's.
         values = Materializer(self.codec)
-        full_page = self.page_size
-        while remaining is None or remaining > 0:
-            page_size = full_page if remaining is None else min(full_page, remaining)
-            full_page = min(full_page * 2, max(self.page_size, MAX_PAGE_SIZE))
-            page_where = list(where)
-            page_params = {**params, "page_size": page_size}
-            if cursor is not None:
-                page_where.append(cursor_sql)
-                page_params.update(
-                    cursor_id=cursor[0], cursor_thread=cursor[1], cursor_ns=cursor[2]
-                )
-            query = sql.LIST_PAGE.format(where=" AND ".join(page_where) or "true", order=order)
-            rows = yield Query(query, page_params, prepare=True)
+        sizes = _page_sizes(self.page_size)
+        size = _page_size(sizes, remaining)
+        rows = yield self._list_page(where, params, order, cursor_sql, None, size)
+        first = True
+        while True:
             documents = [self._load_document(row) for row in rows]
-            yield from self._fetch_values(values, rows, documents)
+            fetch_values = self._missing_values(values, rows, documents)
+            full = len(rows) == size
+            # From the second page on, the next page travels in one pipeline
+            # with this page's values: one round trip a page, not two (a
+            # round trip is what a loaded machine makes a reader wait for).
+            # A caller that reads only the first page still fetches that page
+            # alone. A page that may not be needed (a limit it reaches, unless
+            # metadata compared in Python drops some) is not fetched ahead.
+            next_page = None
+            if full and not first and (remaining is None or remaining > size):
+                next_size = _page_size(sizes, None if remaining is None else remaining - size)
+                last = rows[-1]
+                next_page = self._list_page(
+                    where, params, order, cursor_sql, (last[2], last[0], last[1]), next_size
+                )
+            first = False
+            if fetch_values is not None and next_page is not None:
+                found, next_rows = yield Transaction((fetch_values, next_page))
+            elif fetch_values is not None:
+                found, next_rows = (yield fetch_values), None
+            elif next_page is not None:
+                found, next_rows = None, (yield next_page)
+            else:
+                found = next_rows = None
+            if found is not None:
+                values.add(_value_row(*row) for row in found)
             for row, document in zip(rows, documents):
-                found = self._checkpoint_tuple(row, document, values)
-                if all(found.metadata.get(k) == v for k, v in compared_in_python.items()):
-                    yield Emit(found)
+                item = self._checkpoint_tuple(row, document, values)
+                if all(item.metadata.get(k) == v for k, v in compared_in_python.items()):
+                    yield Emit(item)
                     if remaining is not None:
                         remaining -= 1
-            if len(rows) < page_size:
+            if not full or (remaining is not None and remaining <= 0):
                 return
-            last = rows[-1]
-            cursor = (last[2], last[0], last[1])
+            if next_rows is not None:
+                rows, size = next_rows, next_size
+            else:
+                size = _page_size(sizes, remaining)
+                last = rows[-1]
+                rows = yield self._list_page(
+                    where, params, order, cursor_sql, (last[2], last[0], last[1]), size
+                )
 
-    def _fetch_values(
+    @staticmethod
+    def _list_page(
+        where: list[str],
+        params: dict[str, Any],
+        order: str,
+        cursor_sql: str,
+        cursor: tuple[str, str, str] | None,
+        page_size: int,
+    ) -> Query:
+        """The statement of one `list` page: `page_size` checkpoints after `cursor`."""
+        page_where = list(where)
+        page_params = {**params, "page_size": page_size}
+        if cursor is not None:
+            page_where.append(cursor_sql)
+            page_params.update(cursor_id=cursor[0], cursor_thread=cursor[1], cursor_ns=cursor[2])
+        query = sql.LIST_PAGE.format(where=" AND ".join(page_where) or "true", order=order)
+        return Query(query, page_params, prepare=True)
+
+    def _missing_values(
         self, values: Materializer, rows: list[tuple], documents: list[dict[str, Any]]
-    ) -> Operation[None]:
-        """Make sure `values` can rebuild every version the checkpoints name.
-
-        One round trip for the rows it lacks and their bases, stopping at the
-        versions it already rebuilt; it then forgets versions no longer named.
-        """
+    ) -> Query | None:
+        """The statement fetching what `values` lacks to rebuild every version the
+        checkpoints name (the rows and their bases, stopping at the versions it
+        already rebuilt), or None; `values` forgets versions no longer named."""
         needed: set[ValueKey] = set()
         for row, document in zip(rows, documents):
             for channel, version in document["channel_versions"].items():
@@ -457,9 +497,8 @@ class CheckpointStore:
         values.keep_only(needed)
         missing = [key for key in needed if not values.knows(key)]
         if not missing:
-            return
-        found = yield _value_chains(missing, known=list(values.values))
-        values.add(_value_row(*row) for row in found)
+            return None
+        return _value_chains(missing, known=list(values.values))
 
     def channel_values(
         self, thread_id: str, checkpoint_ns: str, channel: str, versions: Sequence[str]
@@ -1565,10 +1604,17 @@ class CheckpointStore:
             )  # fmt: skip
             if w_state_versions:
                 w_state_versions = [w_state_versions[i] for i in keep]
+        # The associated data binds sealed rows to their place; without
+        # encryption= nothing is opened with it (and a sealed row is refused
+        # before it is read), so it is not built: the metadata's re-parses the
+        # whole checkpoint document.
+        sealed = self.codec.encryption is not None
         try:
             metadata = self.codec.load_metadata(
                 metadata_json,
-                metadata_aad(thread_id, checkpoint_ns, checkpoint_id, checkpoint_json),
+                metadata_aad(thread_id, checkpoint_ns, checkpoint_id, checkpoint_json)
+                if sealed
+                else b"",
             )
         except Exception as exc:  # any parse or decode failure: the row is unreadable
             raise corrupt_row((thread_id, checkpoint_ns, None), checkpoint_id, exc) from exc
@@ -1591,7 +1637,7 @@ class CheckpointStore:
             aad = write_aad(
                 thread_id, checkpoint_ns, checkpoint_id, w_task_ids[i], w_idxs[i],
                 w_task_paths[i], channel, w_encodings[i],
-            )  # fmt: skip
+            ) if sealed else b""  # fmt: skip
             value = self._load(
                 thread_id, checkpoint_ns, checkpoint_id, channel,
                 w_encodings[i], w_jsons[i], w_datas[i], w_types[i], aad=aad,
@@ -1793,6 +1839,20 @@ def _recorded_order(order: Any, keys: list[str]) -> list[str] | None:
     ):
         raise CodecError("a recorded key order does not name the object's keys")
     return order
+
+
+def _page_sizes(first: int) -> Iterator[int]:
+    """`list` page sizes: doubling from `first` up to MAX_PAGE_SIZE (or `first`, if larger)."""
+    size = first
+    while True:
+        yield size
+        size = min(size * 2, max(first, MAX_PAGE_SIZE))
+
+
+def _page_size(sizes: Iterator[int], remaining: int | None) -> int:
+    """The next page's size, no larger than the `remaining` checkpoints a limit allows."""
+    size = next(sizes)
+    return size if remaining is None else min(size, remaining)
 
 
 def _value_chains(keys: list[ValueKey], known: Sequence[ValueKey] = ()) -> Query:

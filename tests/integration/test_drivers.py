@@ -279,13 +279,63 @@ def test_list_pages_grow_to_a_bound(pg_url: str) -> None:
             rest = list(listed)
         finally:
             store.MAX_PAGE_SIZE = original
-        pages = [r.params["page_size"] for r in counter.requests if "page_size" in r.params]
+        queries = [q for r in counter.requests for q in getattr(r, "queries", (r,))]
+        pages = [q.params["page_size"] for q in queries if "page_size" in q.params]
         assert pages == [10, 20, 40, 50, 50, 50]  # 10 + 20 + 40 + 3 * 50 = 220 >= 215
+        # The first two pages and their values are fetched one by one; from
+        # the second page's values on, the next page rides in their pipeline.
+        assert [len(getattr(r, "queries", (r,))) for r in counter.requests] == [
+            1, 1, 1, 2, 2, 2, 2, 1,
+        ]  # fmt: skip
         assert [first.checkpoint["id"]] + [t.checkpoint["id"] for t in rest] == [
             f"{i:08}" for i in reversed(range(215))
         ]
         assert [t.checkpoint["channel_values"]["counter"] for t in rest[:3]] == [213, 212, 211]
         saver.delete_thread("growing-pages")
+
+
+@pytest.mark.parametrize("asynchronous", [False, True])
+def test_list_with_pages_fetched_ahead_agrees_with_memory(pg_url: str, asynchronous: bool) -> None:
+    """Pages of 3 with the next page fetched beside the values: every limit,
+    `before` and a filter compared in Python (a dict whose key order is
+    recorded: some rows of a page fetched ahead are then dropped) list what
+    InMemorySaver lists."""
+    from langgraph.checkpoint.memory import InMemorySaver
+
+    memory = InMemorySaver()
+    with ColosseumSaver.from_conn_string(pg_url, page_size=3) as saver:
+        tid = f"ahead-{asynchronous}"
+        saver.delete_thread(tid)
+        for target in (memory, saver):
+            config = {"configurable": {"thread_id": tid, "checkpoint_ns": ""}}
+            version = None
+            for i in range(23):
+                version = target.get_next_version(version, None)
+                checkpoint = empty_checkpoint()
+                checkpoint["id"] = f"{i:08}"
+                checkpoint["channel_values"] = {"counter": i, "log": list(range(i % 5))}
+                checkpoint["channel_versions"] = {"counter": version, "log": version}
+                tag = {"b": i % 3 == 0, "a": 0}  # not jsonb's key order: recorded
+                config = target.put(config, checkpoint, {"tag": tag, "i": i}, {"counter": version})
+
+        def listed(target, **kwargs):
+            if asynchronous and target is saver:
+
+                async def collect():
+                    return [t async for t in saver.alist(thread(tid), **kwargs)]
+
+                found = asyncio.run(collect())
+            else:
+                found = list(target.list(thread(tid), **kwargs))
+            return [(t.checkpoint["id"], t.checkpoint["channel_values"], t.metadata) for t in found]
+
+        before = {"configurable": {"thread_id": tid, "checkpoint_id": f"{17:08}"}}
+        cases = [{}, {"before": before}, {"filter": {"tag": {"b": True, "a": 0}}}]
+        for kwargs in cases:
+            for limit in (None, 0, 1, 2, 3, 4, 5, 8, 9, 10, 22, 23, 30):
+                expected = listed(memory, **kwargs, limit=limit)
+                assert listed(saver, **kwargs, limit=limit) == expected, (kwargs, limit)
+        saver.delete_thread(tid)
 
 
 def test_bad_configs_are_named(saver: ColosseumSaver) -> None:
