@@ -434,9 +434,17 @@ def _decode(data: Any, registry: TypeRegistry) -> Any:
     return data
 
 
+# JSON scalars decode to themselves: inline in the loops below, which saves
+# a call per leaf (most of a checkpoint document, metadata or message list).
+_SCALARS = frozenset((str, int, float, bool, type(None)))
+
+
 def _decode_items(items: list, registry: TypeRegistry) -> list:
     decoded = []
     for item in items:
+        if type(item) in _SCALARS:
+            decoded.append(item)
+            continue
         try:
             decoded.append(_decode(item, registry))
         except _PathError as failure:
@@ -447,6 +455,9 @@ def _decode_items(items: list, registry: TypeRegistry) -> list:
 def _decode_fields(data: dict, registry: TypeRegistry) -> dict:
     out = {}
     for key, value in data.items():
+        if type(value) in _SCALARS:
+            out[key] = value
+            continue
         try:
             out[key] = _decode(value, registry)
         except _PathError as failure:
@@ -456,14 +467,21 @@ def _decode_fields(data: dict, registry: TypeRegistry) -> dict:
 
 def _decode_ordered(data: dict, order: list, registry: TypeRegistry) -> dict:
     """A plain dict written with its key order (see `_encode_dict`)."""
-    if len(order) != len(data) - 1 or not all(
-        type(key) is str and key != TAG and key in data for key in order
-    ):
+    if len(order) != len(data) - 1:
         raise _PathError(CodecError, "the recorded key order does not name the object's keys")
+    for key in order:
+        if type(key) is not str or key == TAG or key not in data:
+            raise _PathError(
+                CodecError, "the recorded key order does not name the object's keys"
+            )
     out = {}
     for key in order:
+        value = data[key]
+        if type(value) in _SCALARS:
+            out[key] = value
+            continue
         try:
-            out[key] = _decode(data[key], registry)
+            out[key] = _decode(value, registry)
         except _PathError as failure:
             raise failure.at(f".{key}") from None
     if len(out) != len(order):

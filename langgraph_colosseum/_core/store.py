@@ -1754,10 +1754,11 @@ class CheckpointStore:
         if type(raw) is not dict:
             raise CodecError(f"the checkpoint is a JSON {type(raw).__name__}, not an object")
         versions = raw.pop("channel_versions", {})
-        if type(versions) is not dict or not all(
-            type(v) in (str, int, float) for v in versions.values()
-        ):
+        if type(versions) is not dict:
             raise CodecError("channel_versions is not an object of channel -> version")
+        for version in versions.values():  # a loop: all() over a generator costs twice
+            if type(version) not in _VERSION_TYPES:
+                raise CodecError("channel_versions is not an object of channel -> version")
         recorded_keys = raw.pop(_KEY_ORDER, None)
         channels = _recorded_order(raw.pop(_CHANNEL_ORDER, None), list(versions))
         rest = self.codec.registry.decode(raw)
@@ -1819,6 +1820,9 @@ _CHECKPOINT_FIELDS = (
 )  # fmt: skip
 
 
+_VERSION_TYPES = frozenset((str, int, float))
+
+
 def _checkpoint_key_order(keys: list[str]) -> list[str]:
     """What reading back restores unrecorded: Checkpoint's fields first, in
     LangGraph's order, then any other key in its stored order."""
@@ -1831,12 +1835,12 @@ def _recorded_order(order: Any, keys: list[str]) -> list[str] | None:
     """A recorded key order, checked to name exactly `keys` (a tampered row's may not)."""
     if order is None:
         return keys
-    if (
-        type(order) is not list
-        or not all(type(k) is str for k in order)
-        or len(order) != len(keys)
-        or set(order) != set(keys)
-    ):
+    if type(order) is not list or len(order) != len(keys):
+        raise CodecError("a recorded key order does not name the object's keys")
+    for key in order:
+        if type(key) is not str:
+            raise CodecError("a recorded key order does not name the object's keys")
+    if set(order) != set(keys):
         raise CodecError("a recorded key order does not name the object's keys")
     return order
 

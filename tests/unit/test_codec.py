@@ -792,3 +792,24 @@ def test_set_with_decimal_nan(value: set | frozenset) -> None:
         )
 
     assert members(back) == members(value)
+
+
+@pytest.mark.parametrize(
+    "order",
+    [
+        ["b"],  # a key left out
+        ["b", "a", "c"],  # a key the object does not have
+        ["b", "b"],  # a key twice (and one left out)
+        ["b", TAG],  # the tag itself
+        ["b", 1],  # not a key at all
+        ["b", ["a"]],  # unhashable
+    ],
+)
+def test_a_recorded_key_order_that_does_not_name_the_keys_is_refused(order: list) -> None:
+    """A stored dict's key order (a tampered or corrupt row's) must name each of
+    its keys once: otherwise a value would be dropped, duplicated or invented."""
+    with pytest.raises(CodecError, match="recorded key order"):
+        default_registry().decode({TAG: order, "a": 1, "b": [2, {"c": None}]})
+    # The well-formed one decodes in the recorded order, nested values too.
+    decoded = default_registry().decode({TAG: ["b", "a"], "a": 1, "b": [2, {"c": None}]})
+    assert list(decoded) == ["b", "a"] and decoded == {"a": 1, "b": [2, {"c": None}]}
