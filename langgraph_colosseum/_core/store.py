@@ -95,8 +95,9 @@ from langgraph_colosseum.errors import (
 DEFAULT_PAGE_SIZE = 100
 # `list` pages double from `page_size` up to this many checkpoints: a caller
 # that stops early paid for one small page, and a history read to the end
-# costs a round trip (two statements) per thousand checkpoints, not per
-# hundred; memory stays bounded by one page whatever the thread's length.
+# costs two statements per thousand checkpoints, not per hundred, sent as one
+# round trip from the second page on (see `list`); memory stays bounded by
+# two pages (one read, one fetched ahead) whatever the thread's length.
 MAX_PAGE_SIZE = 1000
 
 logger = logging.getLogger("langgraph_colosseum")
