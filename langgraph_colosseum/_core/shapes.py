@@ -29,6 +29,7 @@ Invariants (tests/unit/test_shapes.py, tests/integration/test_storage_properties
 
 from __future__ import annotations
 
+from math import copysign
 from typing import Any, NamedTuple
 
 from langgraph.checkpoint.serde.types import _DeltaSnapshot
@@ -55,7 +56,9 @@ class Delta(NamedTuple):
     payload: Any  # the tail (APPEND), or {"set": {...}, "del": [...]} (MERGE)
 
 
-_SCALARS = frozenset({str, int, float, bool, type(None), bytes})
+# Compared with == alone. Not float: -0.0 == 0.0, yet each reads back as
+# itself, so a delta built on the other zero would rebuild the wrong one.
+_SCALARS = frozenset({str, int, bool, type(None), bytes})
 
 try:
     from pydantic import BaseModel as _Model
@@ -71,6 +74,8 @@ def _same(a: Any, b: Any) -> bool:
         return False
     if t in _SCALARS:
         return a == b
+    if t is float:
+        return a == b and copysign(1.0, a) == copysign(1.0, b)
     if t is list or t is tuple:
         return len(a) == len(b) and _same_items(a, b)
     if t is dict:

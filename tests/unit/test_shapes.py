@@ -461,3 +461,19 @@ def test_delta_channel_snapshot_appends_to_the_previous_snapshot() -> None:
     # A snapshot is not an append of a plain list, nor the other way round.
     assert diff(new, base_of([HumanMessage("hi", id="h1")]), SNAPSHOT_EVERY) is None
     assert diff([HumanMessage("hi", id="h1")], base_of(old), SNAPSHOT_EVERY) is None
+
+
+@pytest.mark.parametrize(
+    "old, new",
+    [
+        ([0.0], [-0.0, 1.0]),  # an append onto a base that is == but not the same
+        ([{"x": -0.0}], [{"x": 0.0}, 1.0]),
+        ({"a": 0.0, "b": 1}, {"a": -0.0, "b": 1}),
+    ],
+)
+def test_signed_zeros_are_not_the_same_float(old: Any, new: Any) -> None:
+    """-0.0 == 0.0, but repr tells them apart and so must the stored row: a
+    delta built on a base holding the other zero reads back the wrong one."""
+    delta = check_roundtrip(new, base_of(old))
+    rebuilt = new if delta is None else apply(old, delta.shape, delta.payload)
+    assert repr(rebuilt) == repr(new)
