@@ -175,6 +175,18 @@ class NotFoundError(ColosseumError):
     """No thread (or checkpoint) has the id asked for, nor an id starting with it."""
 
 
+class ThreadNotFoundError(NotFoundError, LookupError):
+    """No thread has this id: it was never written, or it was deleted
+    (`threads.update` of such a thread; LangGraph Platform answers 404)."""
+
+    def __init__(self, thread_id: str, operation: str) -> None:
+        self.thread_id = thread_id
+        super().__init__(
+            f"no thread {thread_id!r} to {operation}: it was never written, or it was deleted. "
+            "Nothing was written. A thread exists once a run (or put) wrote a checkpoint on it."
+        )
+
+
 class AmbiguousIdError(ColosseumError):
     """An id prefix matches several threads (or checkpoints); the message lists them."""
 

@@ -35,7 +35,7 @@ from langgraph_colosseum._base import ColosseumSaverBase
 from langgraph_colosseum._core import io
 from langgraph_colosseum._core.io import Overran, Request, RunTool
 from langgraph_colosseum._core.ledger import (
-    CLAIM,
+    CallSite,
     OnFailed,
     OnUnknown,
     ToolCallIdentity,
@@ -44,10 +44,13 @@ from langgraph_colosseum._core.ledger import (
     default_key,
     execute_once,
     heartbeat,
+    is_claim,
     lineage_of,
 )
+from langgraph_colosseum._core.store import _run_id_of
 from langgraph_colosseum._leases import arenewing, renewing
 from langgraph_colosseum.errors import (
+    CheckpointDeletedError,
     ColosseumError,
     CorruptRowError,
     LedgerMissingError,
@@ -148,8 +151,15 @@ class IdempotentToolNode(ToolNode):
             raise LedgerMissingError("IdempotentToolNode runs need configurable.thread_id")
         return ledger, str(thread_id)
 
-    def _plan(self, request: ToolCallRequest, thread_id: str, lineage: str | None) -> ToolCallPlan:
-        configurable = (request.runtime.config or {}).get("configurable", {})
+    def _plan(
+        self,
+        request: ToolCallRequest,
+        ledger: ColosseumSaverBase,
+        thread_id: str,
+        lineage: str | None,
+    ) -> ToolCallPlan:
+        config = request.runtime.config or {}
+        configurable = config.get("configurable", {})
         call = request.tool_call
         identity = ToolCallIdentity(
             thread_id=thread_id,
@@ -164,6 +174,7 @@ class IdempotentToolNode(ToolNode):
             key=self._key(identity),
             task_id=configurable.get("__pregel_task_id"),
             policy=self._policy(call["name"]),
+            site=_call_site(ledger, config, thread_id),
         )
         return plan
 
@@ -188,7 +199,7 @@ class IdempotentToolNode(ToolNode):
             ledger, thread_id = self._ledger_of(request)
         except _FOR_THE_GRAPH as exc:
             return _LedgerError(exc)
-        plan = self._plan(request, thread_id, ledger._run(lineage_of(thread_id)))
+        plan = self._plan(request, ledger, thread_id, ledger._run(lineage_of(thread_id)))
 
         def perform(req: Request) -> Any:
             if isinstance(req, RunTool):
@@ -210,7 +221,8 @@ class IdempotentToolNode(ToolNode):
             ledger, thread_id = self._ledger_of(request)
         except _FOR_THE_GRAPH as exc:
             return _LedgerError(exc)
-        plan = self._plan(request, thread_id, await ledger._arun(lineage_of(thread_id)))
+        lineage = await ledger._arun(lineage_of(thread_id))
+        plan = self._plan(request, ledger, thread_id, lineage)
 
         async def perform(req: Request) -> Any:
             if isinstance(req, RunTool):
@@ -231,6 +243,7 @@ class IdempotentToolNode(ToolNode):
 # ledger row that cannot be read (altered, or sealed with a key not configured)
 # is refused to the caller, not handed to the model as a tool's error.
 _FOR_THE_GRAPH = (
+    CheckpointDeletedError,
     CorruptRowError,
     LedgerMissingError,
     ToolOutcomeUnknownError,
@@ -258,9 +271,35 @@ def _lost_claim(request: Request) -> list:
     The claim was lost either way; answering "no row" makes the protocol look
     again and find the winner's row. Any other statement's violation is raised.
     """
-    if getattr(request, "sql", None) is not CLAIM:
+    if not is_claim(request):
         raise  # the UniqueViolation our caller is handling
-    return []
+    return [None, []]  # the write lock's result, the claim's rows
+
+
+def _call_site(ledger: ColosseumSaverBase, config: Mapping[str, Any], thread_id: str) -> CallSite:
+    """The checkpoint the tools task writes to, and what it descends from (see
+    ledger.CLAIM): LangGraph names the checkpoint of each enclosing namespace in
+    `checkpoint_map`; the task's own is its parent namespace's."""
+    configurable = config.get("configurable") or {}
+    task_ns = str(configurable.get("checkpoint_ns") or "")
+    parent_ns = task_ns.rsplit("|", 1)[0] if "|" in task_ns else ""
+    checkpoint_map = configurable.get("checkpoint_map")
+    if not isinstance(checkpoint_map, Mapping):
+        checkpoint_map = {}
+    lineage = {(str(ns), str(cid)) for ns, cid in checkpoint_map.items() if cid is not None}
+    # The checkpoints this run stored on the thread: a thread deleted after
+    # them is deleted for this run's later steps too, whose puts (sent in the
+    # background) may not have been refused yet when the tools run.
+    run = ledger._store.runs.of(config)  # type: ignore[arg-type]
+    if run is not None:
+        lineage.update((ns, cid) for tid, ns, cid in run.stored_checkpoints() if tid == thread_id)
+    checkpoint_id = checkpoint_map.get(parent_ns)
+    return CallSite(
+        checkpoint_ns=parent_ns,
+        checkpoint_id=None if checkpoint_id is None else str(checkpoint_id),
+        lineage=tuple(sorted(lineage)),
+        run_id=_run_id_of(config),  # type: ignore[arg-type]
+    )
 
 
 def _stable_namespace(checkpoint_ns: str) -> str:

@@ -35,10 +35,20 @@ import rfc8785
 from langchain_core.messages import ToolMessage
 from langgraph.types import Command
 
+from langgraph_colosseum._core import sql
 from langgraph_colosseum._core.crypt import RowSealError, is_sealed, is_sealed_json
-from langgraph_colosseum._core.io import Operation, Overran, Query, RunTool, Sleep
+from langgraph_colosseum._core.io import (
+    Operation,
+    Overran,
+    Query,
+    Request,
+    RunTool,
+    Sleep,
+    Transaction,
+)
 from langgraph_colosseum._core.values import JSON, SERDE, ValueCodec, Where
 from langgraph_colosseum.errors import (
+    CheckpointDeletedError,
     CorruptRowError,
     ToolFailedError,
     ToolOutcomeUnknownError,
@@ -51,14 +61,37 @@ OnFailed = Literal["raise", "retry"]
 
 # Claim the key, or take it over when the policy allows; otherwise report the
 # row as it stands. `claimed` is true when this call now owns the execution.
+#
+# Deleted stays deleted: a call of a run whose thread or run was deleted is
+# refused here, in the statement that would record it (one row, status
+# 'DELETED', the deleted checkpoint in the error column), as PUT_WRITES refuses
+# that run's writes: when a checkpoint it descends from (its task's, the
+# enclosing namespaces', the ones its run stored) is recorded as deleted, when
+# its checkpoint was made before its thread was deleted, or when its run was
+# deleted. The claim is sent after the thread's write lock (see
+# sql.WRITE_LOCK, `claim_request`), so a deletion in flight is waited for and
+# then seen.
 CLAIM = """
-WITH claim AS (
+WITH deleted AS (
+    SELECT d.checkpoint_id
+    FROM unnest(%(lineage_ns)s::text[], %(lineage_ids)s::text[]) AS l(ns, id)
+    JOIN colosseum_tombstones d
+      ON d.thread_id = %(thread_id)s AND d.checkpoint_ns = l.ns AND d.checkpoint_id = l.id
+    UNION ALL
+    SELECT %(checkpoint_id)s::text FROM colosseum_deleted_threads g
+    WHERE g.thread_id = %(thread_id)s AND %(created)s::text < g.before
+    UNION ALL
+    SELECT %(checkpoint_id)s::text FROM colosseum_deleted_runs r
+    WHERE r.run_id = %(run_id)s::text
+),
+claim AS (
     INSERT INTO colosseum_tool_calls AS t
         (thread_id, idempotency_key, checkpoint_ns, task_id, tool_name, tool_call_id, input,
          status, attempts, lease_owner, lease_until, started_at)
-    VALUES (%(thread_id)s, %(key)s, %(checkpoint_ns)s, %(task_id)s, %(tool_name)s,
-            %(tool_call_id)s, %(input)s::jsonb, 'RUNNING', 1, %(owner)s,
-            now() + make_interval(secs => %(lease)s), now())
+    SELECT %(thread_id)s, %(key)s, %(checkpoint_ns)s, %(task_id)s, %(tool_name)s,
+           %(tool_call_id)s, %(input)s::jsonb, 'RUNNING', 1, %(owner)s,
+           now() + make_interval(secs => %(lease)s), now()
+    WHERE NOT EXISTS (SELECT 1 FROM deleted)
     ON CONFLICT (idempotency_key) DO UPDATE
     SET status = 'RUNNING', attempts = t.attempts + 1, lease_owner = EXCLUDED.lease_owner,
         lease_until = EXCLUDED.lease_until, started_at = now(), error = NULL,
@@ -74,6 +107,10 @@ SELECT false, status, output::text, output_bytes, output_type, error,
        lease_until > now(), attempts
 FROM colosseum_tool_calls
 WHERE idempotency_key = %(key)s AND NOT EXISTS (SELECT 1 FROM claim)
+  AND NOT EXISTS (SELECT 1 FROM deleted)
+UNION ALL
+SELECT false, 'DELETED', NULL, NULL, NULL, (SELECT checkpoint_id FROM deleted LIMIT 1), false, 0
+WHERE EXISTS (SELECT 1 FROM deleted)
 """
 
 READ = """
@@ -95,8 +132,8 @@ WHERE idempotency_key = %(key)s AND lease_owner = %(owner)s AND status = 'RUNNIN
 """
 
 
-# The thread whose ledger a thread's calls are keyed by (see schema migration 5).
-LINEAGE = "SELECT lineage FROM colosseum_thread_lineage WHERE thread_id = %(thread_id)s"
+# The lineage a thread's calls are keyed by (see sql.lineage_of).
+LINEAGE = f"SELECT {sql.lineage_of('%(thread_id)s::text')}"
 
 
 @dataclass(frozen=True)
@@ -145,9 +182,11 @@ def key_without_call_id(call: ToolCallIdentity) -> str:
 
 
 def lineage_of(thread_id: str) -> Operation[str | None]:
-    """The thread `thread_id` was copied from (first ancestor), None for an original."""
+    """The lineage `thread_id` keys its calls by (for a copy, its first
+    ancestor's), None when that is the thread itself."""
     rows = yield Query(LINEAGE, {"thread_id": thread_id})
-    return rows[0][0] if rows else None
+    lineage = rows[0][0] if rows else None
+    return None if lineage == thread_id else lineage
 
 
 def _digest(parts: list[Any]) -> str:
@@ -171,18 +210,51 @@ class ToolPolicy:
 
 
 @dataclass(frozen=True)
+class CallSite:
+    """Where a call is made, as CLAIM checks it against deletions: the
+    checkpoint its task writes to, the checkpoints it descends from, its run."""
+
+    checkpoint_ns: str = ""
+    checkpoint_id: str | None = None
+    # (namespace, checkpoint id): the task's checkpoint, the enclosing
+    # namespaces' and the ones its run stored on this thread
+    lineage: tuple[tuple[str, str], ...] = ()
+    run_id: str | None = None
+
+
+@dataclass(frozen=True)
 class ToolCallPlan:
     identity: ToolCallIdentity
     key: str
     task_id: str | None
     policy: ToolPolicy
+    site: CallSite = CallSite()
+
+
+def claim_request(params: dict[str, Any]) -> Transaction:
+    """CLAIM after the thread's write lock (shared; and the run's), as a put takes
+    it: a deletion of the thread (or run) in flight commits first, and the claim
+    sees what it recorded. One round trip."""
+    lock = {"thread_id": params["thread_id"], "run_id": params["run_id"]}
+    return Transaction((Query(sql.WRITE_LOCK, lock, fetch=False), Query(CLAIM, params)))
+
+
+def is_claim(request: Request) -> bool:
+    return isinstance(request, Transaction) and request.queries[-1].sql is CLAIM
 
 
 def execute_once(plan: ToolCallPlan, codec: ValueCodec) -> Operation[Any]:
     """Run the tool at most once per key (or again, as the policy allows); return its output."""
-    identity, policy = plan.identity, plan.policy
+    from langgraph_colosseum._core.store import uuid6_time
+
+    identity, policy, site = plan.identity, plan.policy, plan.site
     owner = uuid.uuid4().hex
     params = {
+        "lineage_ns": [ns for ns, _ in site.lineage],
+        "lineage_ids": [checkpoint_id for _, checkpoint_id in site.lineage],
+        "checkpoint_id": site.checkpoint_id,
+        "created": uuid6_time(site.checkpoint_id) if site.checkpoint_id else None,
+        "run_id": site.run_id,
         "thread_id": identity.thread_id,
         "key": plan.key,
         "checkpoint_ns": identity.checkpoint_ns,
@@ -197,13 +269,22 @@ def execute_once(plan: ToolCallPlan, codec: ValueCodec) -> Operation[Any]:
     }
     waited = 0.0
     while True:
-        rows = yield Query(CLAIM, params)
+        rows = (yield claim_request(params))[-1]
         if rows and rows[0][0]:
             break  # ours: run it
         if not rows:
             # The winner committed after this statement's snapshot: look again.
             continue
         _, status, output, output_bytes, output_type, error, live, _ = rows[0]
+        if status == "DELETED":
+            raise CheckpointDeletedError(
+                thread_id=identity.thread_id,
+                checkpoint_ns=site.checkpoint_ns,
+                checkpoint_id=site.checkpoint_id or "",
+                deleted_id=error,
+                operation=f"the claim of tool call {identity.tool_name!r} "
+                f"({identity.tool_call_id})",
+            )
         if status == "SUCCESS":
             loaded = load_output(
                 codec, identity.thread_id, plan.key, output, output_bytes, output_type

@@ -118,6 +118,11 @@ class RunWrites:
             if key not in self.stored:
                 self.pending.add(key)
 
+    def stored_checkpoints(self) -> list[CheckpointKey]:
+        """The checkpoints whose put of this run succeeded lately."""
+        with self._lock:
+            return list(self.stored)
+
     def die(self) -> None:
         with self._lock:
             self.dead = True

@@ -672,22 +672,50 @@ TOMBSTONE_EXPIRED_THREADS = (
     ),
 )
 
-# Before a thread's ledger rows go with it: a row that a copy of the thread
-# (same lineage, see schema migration 5) keys its calls by is handed to that
-# copy, so deleting the source of a copy does not make the copy repeat a side
-# effect the source recorded.
-_REHOME_TOOL_CALLS = """
+
+# The lineage a thread's tool calls are keyed by (see schema migration 6 and
+# ledger.ToolCallIdentity): the one recorded for it (a copy, or the source of
+# a copy), else the thread itself. A thread id used again after a deletion is
+# another thread: its lineage is the id and the deletion's time
+# ("t#<before>"), so nothing keyed by the deleted thread's lineage (rows a
+# surviving copy inherited) answers the new thread's calls. A deletion changes
+# `before`, so a lineage is read before its thread is recorded as deleted.
+def lineage_of(thread: str) -> str:
+    """SQL for the lineage of the thread id that the SQL `thread` gives."""
+    return f"""coalesce(
+        (SELECT x.lineage FROM colosseum_thread_lineage x WHERE x.thread_id = {thread}),
+        (SELECT {thread} || '#' || x.before FROM colosseum_deleted_threads x
+         WHERE x.thread_id = {thread}),
+        {thread})"""
+
+
+# Before a thread's ledger rows go with it: the rows are handed to another
+# living thread of its lineage (a copy, or the source a copy was made from),
+# so deleting one of them does not make another repeat a side effect that it
+# recorded. Run before the deletion is recorded (which changes the lineage of
+# the id, see lineage_of). copy_thread records the source too; a source
+# without a row of its own (copied before it was recorded) is found as the
+# living, never deleted thread whose id is the lineage.
+_REHOME_TOOL_CALLS = f"""
 UPDATE colosseum_tool_calls c SET thread_id = heir.thread_id
 FROM (
-    SELECT d.thread_id AS dying, min(l.thread_id) AS thread_id
+    SELECT d.thread_id AS dying, min(h.thread_id) AS thread_id
     FROM unnest(%(thread_ids)b::text[]) AS d(thread_id)
-    LEFT JOIN colosseum_thread_lineage own ON own.thread_id = d.thread_id
-    JOIN colosseum_thread_lineage l
-      ON l.lineage = coalesce(own.lineage, d.thread_id)
-     AND NOT l.thread_id = ANY(%(thread_ids)b::text[])
+    CROSS JOIN LATERAL (SELECT {lineage_of("d.thread_id")} AS lineage) AS own
+    CROSS JOIN LATERAL (
+        SELECT l.thread_id FROM colosseum_thread_lineage l WHERE l.lineage = own.lineage
+        UNION ALL
+        SELECT t.thread_id FROM colosseum_threads t
+        WHERE t.thread_id = own.lineage
+          AND NOT EXISTS (SELECT 1 FROM colosseum_thread_lineage x
+                          WHERE x.thread_id = t.thread_id)
+          AND NOT EXISTS (SELECT 1 FROM colosseum_deleted_threads g
+                          WHERE g.thread_id = t.thread_id)
+    ) AS h
+    WHERE NOT h.thread_id = ANY(%(thread_ids)b::text[])
     GROUP BY d.thread_id
 ) AS heir
-WHERE c.thread_id = heir.dying {only}
+WHERE c.thread_id = heir.dying {{only}}
 """
 REHOME_TOOL_CALLS = _REHOME_TOOL_CALLS.format(only="")
 REHOME_EXPIRED_TOOL_CALLS = _REHOME_TOOL_CALLS.format(
@@ -766,12 +794,16 @@ COPY_THREAD = (
     ON CONFLICT DO NOTHING
     """,
     # The copy keys its tool calls as its source does (a target that had a
-    # lineage of its own keeps it).
-    """
+    # lineage of its own keeps it), and the source is recorded in the lineage
+    # too: deleting the copy then hands the rows they share back to it.
+    f"""
+    WITH source AS (SELECT {lineage_of("%(source)s::text")} AS lineage)
     INSERT INTO colosseum_thread_lineage (thread_id, lineage)
-    SELECT %(target)s, coalesce(
-        (SELECT lineage FROM colosseum_thread_lineage WHERE thread_id = %(source)s), %(source)s)
+    SELECT %(target)s, lineage FROM source WHERE %(target)s <> %(source)s
+    UNION ALL
+    SELECT %(source)s, lineage FROM source
     WHERE %(target)s <> %(source)s
+      AND EXISTS (SELECT 1 FROM colosseum_threads WHERE thread_id = %(source)s)
     ON CONFLICT (thread_id) DO NOTHING
     """,
 )

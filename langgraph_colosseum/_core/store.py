@@ -1145,8 +1145,10 @@ class CheckpointStore:
         deletes = sql.DELETE_EXPIRED_THREADS if only_expired else sql.DELETE_THREADS
         tombstones = sql.TOMBSTONE_EXPIRED_THREADS if only_expired else sql.TOMBSTONE_THREADS
         # The lock first: the writes in flight land before, and are deleted too.
+        # The ledger is rehomed before the deletion is recorded, which changes
+        # the lineage of the ids (see sql.lineage_of).
         rehome = sql.REHOME_EXPIRED_TOOL_CALLS if only_expired else sql.REHOME_TOOL_CALLS
-        statements = [sql.DELETE_LOCK, *tombstones, rehome, *deletes]
+        statements = [sql.DELETE_LOCK, rehome, *tombstones, *deletes]
         if only_expired:
             from langgraph_colosseum._core.threads import LOCK_STILL_EXPIRED
 

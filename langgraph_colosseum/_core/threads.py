@@ -25,6 +25,7 @@ from langgraph_colosseum.errors import (
     CorruptRowError,
     InvalidConfigError,
     ThreadBusyError,
+    ThreadNotFoundError,
 )
 
 logger = logging.getLogger("langgraph_colosseum")
@@ -54,9 +55,13 @@ COUNT = f"SELECT count(*) FROM colosseum_threads {_SEARCH_WHERE}"
 
 STATUSES = ("idle", "busy", "interrupted", "error")
 
+# An update of the row only, never an insert: a thread that does not exist
+# (never written, or deleted) is not made by it (ThreadNotFoundError). An
+# update racing delete_thread waits for the row the delete holds and, once the
+# delete commits, finds none: it writes nothing without a lock of its own.
 UPDATE = f"""
-INSERT INTO colosseum_threads AS t (thread_id, metadata) VALUES (%(thread_id)s, %(metadata)s::jsonb)
-ON CONFLICT (thread_id) DO UPDATE SET metadata = t.metadata || EXCLUDED.metadata, updated_at = now()
+UPDATE colosseum_threads AS t SET metadata = t.metadata || %(metadata)s::jsonb, updated_at = now()
+WHERE t.thread_id = %(thread_id)s
 RETURNING {_THREAD_COLUMNS}
 """
 
@@ -294,6 +299,8 @@ def update(thread_id: str, metadata: Mapping[str, Any], codec: ValueCodec) -> Op
     except CodecError as exc:  # the registry is jsonb: no serde to fall back on
         raise refused(Where(thread_id, "", None, "<metadata>"), exc) from None
     rows = yield Query(UPDATE, {"thread_id": thread_id, "metadata": stored})
+    if not rows:
+        raise ThreadNotFoundError(thread_id, "update")
     return _thread(rows[0], codec)
 
 

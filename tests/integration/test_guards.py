@@ -30,7 +30,7 @@ from langgraph.checkpoint.memory import InMemorySaver
 
 from langgraph_colosseum import AsyncColosseumSaver, ColosseumSaver, Retention, ThreadBusyError
 from langgraph_colosseum._core.io import CacheCall, Query, Request, Transaction
-from langgraph_colosseum._core.ledger import CLAIM, COMPLETE
+from langgraph_colosseum._core.ledger import COMPLETE, is_claim
 from tests.conftest import CACHE_PREFIX, redis_url, truncate
 from tests.integration.tool_worker import START_INPUT, build_graph, ensure_witness, witness
 
@@ -251,8 +251,8 @@ def test_a_live_claim_is_not_taken_over_by_a_retrying_resumer(pg_url: str) -> No
         tried: set[str] = set()
 
         def b_claimed(request: Request, result: Any) -> None:
-            if isinstance(request, Query) and request.sql is CLAIM:
-                tried.add(request.params["key"])  # type: ignore[index]
+            if is_claim(request):
+                tried.add(request.queries[-1].params["key"])  # type: ignore[union-attr,index]
                 if len(tried) == 2:
                     b_tried_both.set()
 
