@@ -47,6 +47,7 @@ from langgraph_colosseum._core.ledger import (
     is_claim,
     lineage_of,
 )
+from langgraph_colosseum._core.runs import RunWrites
 from langgraph_colosseum._core.store import _run_id_of
 from langgraph_colosseum._leases import arenewing, renewing
 from langgraph_colosseum.errors import (
@@ -200,14 +201,24 @@ class IdempotentToolNode(ToolNode):
         except _FOR_THE_GRAPH as exc:
             return _LedgerError(exc)
         plan = self._plan(request, ledger, thread_id, ledger._run(lineage_of(thread_id)))
+        run = _run_of(ledger, request)
 
         def perform(req: Request) -> Any:
             if isinstance(req, RunTool):
                 return _run_tool_sync(ledger, req, lambda: execute(request))
+            claim = is_claim(req)
+            if claim:
+                _claim_begins(run, plan)
             try:
-                return ledger._run(io.single(req))
+                result = ledger._run(io.single(req))
             except psycopg.errors.UniqueViolation:
                 return _lost_claim(req)
+            finally:
+                if claim:
+                    _claim_ends(run)
+            if claim:
+                _claimed(run, plan, result)
+            return result
 
         try:
             return io.run(execute_once(plan, ledger._store.codec), perform)
@@ -223,14 +234,24 @@ class IdempotentToolNode(ToolNode):
             return _LedgerError(exc)
         lineage = await ledger._arun(lineage_of(thread_id))
         plan = self._plan(request, ledger, thread_id, lineage)
+        run = _run_of(ledger, request)
 
         async def perform(req: Request) -> Any:
             if isinstance(req, RunTool):
                 return await _run_tool_async(ledger, req, lambda: execute(request))
+            claim = is_claim(req)
+            if claim:
+                _claim_begins(run, plan)
             try:
-                return await ledger._arun(io.single(req))
+                result = await ledger._arun(io.single(req))
             except psycopg.errors.UniqueViolation:
                 return _lost_claim(req)
+            finally:
+                if claim:
+                    _claim_ends(run)
+            if claim:
+                _claimed(run, plan, result)
+            return result
 
         try:
             return await io.arun(execute_once(plan, ledger._store.codec), perform)
@@ -274,6 +295,42 @@ def _lost_claim(request: Request) -> list:
     if not is_claim(request):
         raise  # the UniqueViolation our caller is handling
     return [None, []]  # the write lock's result, the claim's rows
+
+
+# A claim is a write of its run, as its puts are (see _core/runs.py): it is
+# not sent once the run was refused as deleted, it counts as in flight, and a
+# row it claimed for a checkpoint whose put is then refused goes with that
+# run's orphaned writes (store._bury_run). Postgres cannot tell such a claim
+# from one of a new thread on the id: the run's puts had not landed yet.
+
+
+def _run_of(ledger: ColosseumSaverBase, request: ToolCallRequest) -> RunWrites | None:
+    return ledger._store.runs.of(request.runtime.config or {})  # type: ignore[arg-type]
+
+
+def _claim_begins(run: RunWrites | None, plan: ToolCallPlan) -> None:
+    if run is not None and not run.begin():
+        site = plan.site
+        raise CheckpointDeletedError(
+            thread_id=plan.identity.thread_id,
+            checkpoint_ns=site.checkpoint_ns,
+            checkpoint_id=site.checkpoint_id or "",
+            deleted_id=None,
+            operation=f"the claim of tool call {plan.identity.tool_name!r} "
+            f"({plan.identity.tool_call_id})",
+        )
+
+
+def _claim_ends(run: RunWrites | None) -> None:
+    if run is not None:
+        run.end()
+
+
+def _claimed(run: RunWrites | None, plan: ToolCallPlan, result: list) -> None:
+    rows = result[-1]
+    if run is not None and plan.site.checkpoint_id is not None and rows and rows[0][0]:
+        checkpoint = (plan.identity.thread_id, plan.site.checkpoint_ns, plan.site.checkpoint_id)
+        run.claimed(checkpoint, plan.key)
 
 
 def _call_site(ledger: ColosseumSaverBase, config: Mapping[str, Any], thread_id: str) -> CallSite:

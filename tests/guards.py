@@ -47,6 +47,7 @@ ENCRYPTION_TESTS = "tests/integration/test_encryption_everywhere.py"
 STATE_VERSIONS = "tests/integration/test_state_versions.py"
 STATE_VERSIONS_REVIEW = "tests/integration/test_state_versions_review.py"
 ON_CONFLICT = "tests/integration/test_on_conflict.py"
+LEDGER_LIFE = "tests/integration/test_ledger_lifecycle.py"
 
 
 @dataclass(frozen=True)
@@ -583,6 +584,94 @@ GUARDS: list[Guard] = [
         ),
         mutant="       %(checkpoint_ns)s::text",
         tests=(f"{ON_CONFLICT}::test_two_checks_at_once_are_ordered_by_the_head_lock",),
+    ),
+    Guard(
+        name="tool ledger: a claim descending from a deleted checkpoint is refused",
+        file="langgraph_colosseum/_core/ledger.py",
+        original=(
+            "    JOIN colosseum_tombstones d\n"
+            "      ON d.thread_id = %(thread_id)s AND d.checkpoint_ns = l.ns "
+            "AND d.checkpoint_id = l.id\n"
+        ),
+        mutant="    JOIN colosseum_tombstones d ON false\n",
+        tests=(f"{LEDGER_LIFE}::test_a_run_whose_thread_is_deleted_mid_run_does_not_pay",),
+    ),
+    Guard(
+        name="tool ledger: a claim for a checkpoint made before its thread's deletion is refused",
+        file="langgraph_colosseum/_core/ledger.py",
+        original="    WHERE g.thread_id = %(thread_id)s AND %(created)s::text < g.before\n",
+        mutant="    WHERE false\n",
+        tests=(
+            f"{LEDGER_LIFE}"
+            "::test_a_claim_for_a_checkpoint_made_before_its_thread_was_deleted_is_refused",
+        ),
+    ),
+    Guard(
+        name="tool ledger: a claim of a deleted run is refused",
+        file="langgraph_colosseum/_core/ledger.py",
+        original="    WHERE r.run_id = %(run_id)s::text\n",
+        mutant="    WHERE false\n",
+        tests=(f"{LEDGER_LIFE}::test_a_claim_of_a_deleted_run_is_refused",),
+    ),
+    Guard(
+        name="tool ledger: a claim waits for a deletion of its thread in flight (write lock)",
+        file="langgraph_colosseum/_core/ledger.py",
+        original="return Transaction((Query(sql.WRITE_LOCK, lock, fetch=False), Query(CLAIM, params)))",
+        mutant="return Transaction((Query('SELECT 1', lock, fetch=False), Query(CLAIM, params)))",
+        tests=(f"{LEDGER_LIFE}::test_a_claim_waits_for_a_delete_in_flight",),
+    ),
+    Guard(
+        name="tool ledger: a deleted thread's rows are rehomed before its deletion is recorded",
+        file="langgraph_colosseum/_core/store.py",
+        original="statements = [sql.DELETE_LOCK, rehome, *tombstones, *deletes]",
+        mutant="statements = [sql.DELETE_LOCK, *tombstones, rehome, *deletes]",
+        tests=(f"{LEDGER_LIFE}::test_a_new_thread_on_a_deleted_id_does_not_get_the_old_ledger",),
+    ),
+    Guard(
+        name="tool ledger: copy_thread records the source in the lineage",
+        file="langgraph_colosseum/_core/sql.py",
+        original=(
+            "    UNION ALL\n    SELECT %(source)s, lineage FROM source\n"
+            "    WHERE %(target)s <> %(source)s\n"
+        ),
+        mutant="    UNION ALL\n    SELECT %(source)s, lineage FROM source\n    WHERE false\n",
+        tests=(
+            f"{LEDGER_LIFE}::test_deleting_a_copy_of_a_thread_on_a_reused_id_leaves_it_its_ledger",
+        ),
+    ),
+    Guard(
+        name="tool ledger: a source not recorded in the lineage is still an heir",
+        file="langgraph_colosseum/_core/sql.py",
+        original="        WHERE t.thread_id = own.lineage\n",
+        mutant="        WHERE false\n",
+        tests=(
+            f"{LEDGER_LIFE}"
+            "::test_a_copy_made_before_sources_were_recorded_still_leaves_the_source_its_ledger",
+        ),
+    ),
+    Guard(
+        name="tool ledger: a refused run's claims on a deleted thread's unstored checkpoints go",
+        file="langgraph_colosseum/_core/store.py",
+        original="        claims = run.take_claims()\n        if claims:\n",
+        mutant="        claims = run.take_claims()\n        if False:\n",
+        tests=(
+            f"{LEDGER_LIFE}::test_a_run_deleted_before_any_of_its_puts_landed_leaves_no_ledger",
+        ),
+    ),
+    Guard(
+        name="threads.update: an update, never an insert (a deleted thread stays deleted)",
+        file="langgraph_colosseum/_core/threads.py",
+        original=(
+            "UPDATE colosseum_threads AS t SET metadata = t.metadata || %(metadata)s::jsonb, "
+            "updated_at = now()\nWHERE t.thread_id = %(thread_id)s\n"
+        ),
+        mutant=(
+            "INSERT INTO colosseum_threads AS t (thread_id, metadata) "
+            "VALUES (%(thread_id)s, %(metadata)s::jsonb)\n"
+            "ON CONFLICT (thread_id) DO UPDATE SET metadata = t.metadata || EXCLUDED.metadata, "
+            "updated_at = now()\n"
+        ),
+        tests=(f"{LEDGER_LIFE}::test_updating_a_deleted_thread_is_refused_and_writes_nothing",),
     ),
 ]
 

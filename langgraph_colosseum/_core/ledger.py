@@ -145,6 +145,8 @@ class ToolCallIdentity:
     copied from (its first ancestor). A call that the source recorded has the
     same key on every copy, so a copy does not repeat the side effect, and an
     API that deduplicates on `current_idempotency_key()` sees the same key.
+    A thread on an id that was deleted before is keyed as "<id>#<deletion>"
+    (see sql.lineage_of): it shares nothing with the deleted thread.
     """
 
     thread_id: str

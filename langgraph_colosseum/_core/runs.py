@@ -12,7 +12,9 @@ one per run, and its subgraphs share it). So, per run, this process keeps:
   refused before they are sent;
 * `pending`: checkpoints it stored writes for but whose put it has not seen
   succeed; when the run dies, those writes are deleted (`sql.BURY_ORPHAN_WRITES`)
-  once its writes in flight (`inflight`) have landed.
+  once its writes in flight (`inflight`) have landed;
+* `claims`: the tool calls it claimed for such checkpoints (IdempotentToolNode),
+  deleted likewise when its thread was deleted (`sql.BURY_ORPHAN_CLAIMS`).
 
 * with `on_conflict="raise"` (see sql._OPTIMISTIC): the run's token (`writer`,
   the claim its writes leave), how its first read of each (thread, namespace)
@@ -69,6 +71,8 @@ class RunWrites:
         self.reads: dict[tuple[str, str], Read] = {}
         # the conflict that refused this run: its later writes raise it again
         self.refusal: Callable[[], Exception] | None = None
+        # tool calls it claimed (IdempotentToolNode) for checkpoints not yet stored
+        self.claims: set[tuple[str, str, str, str]] = set()
 
     def note_read(self, thread_id: str, checkpoint_ns: str, read: Read) -> None:
         """Only the first read counts: it is the loop's own load of its
@@ -117,6 +121,16 @@ class RunWrites:
         with self._lock:
             if key not in self.stored:
                 self.pending.add(key)
+
+    def claimed(self, key: CheckpointKey, idempotency_key: str) -> None:
+        with self._lock:
+            if key not in self.stored:
+                self.claims.add((*key, idempotency_key))
+
+    def take_claims(self) -> list[tuple[str, str, str, str]]:
+        with self._lock:
+            claims, self.claims = sorted(self.claims), set()
+            return claims
 
     def stored_checkpoints(self) -> list[CheckpointKey]:
         """The checkpoints whose put of this run succeeded lately."""

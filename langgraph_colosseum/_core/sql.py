@@ -633,6 +633,23 @@ WHERE t.thread_id IN (SELECT thread_id FROM orphans) AND t.head_checkpoint_id IS
   AND NOT EXISTS (SELECT 1 FROM colosseum_checkpoints c WHERE c.thread_id = t.thread_id)
 """
 
+# The tool calls a refused run claimed (see runs.py) for checkpoints that were
+# never stored, on a thread that was deleted: the claim could not be refused
+# (nothing of the run was stored yet, see ledger.CLAIM), and its row must not
+# outlive the thread. A run refused for another reason (delete_for_runs) keeps
+# them: its thread lives on, and its side effects happened.
+BURY_ORPHAN_CLAIMS = """
+DELETE FROM colosseum_tool_calls c
+USING unnest(%(threads)b::text[], %(namespaces)b::text[], %(ids)b::text[], %(keys)b::text[])
+      AS k(thread_id, checkpoint_ns, checkpoint_id, idempotency_key)
+WHERE c.thread_id = k.thread_id AND c.idempotency_key = k.idempotency_key
+  AND EXISTS (SELECT 1 FROM colosseum_deleted_threads g WHERE g.thread_id = k.thread_id)
+  AND NOT EXISTS (
+      SELECT 1 FROM colosseum_checkpoints p
+      WHERE p.thread_id = k.thread_id AND p.checkpoint_ns = k.checkpoint_ns
+        AND p.checkpoint_id = k.checkpoint_id)
+"""
+
 _THREAD_TABLES = (
     "colosseum_threads",
     "colosseum_thread_lineage",

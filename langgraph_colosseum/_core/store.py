@@ -881,6 +881,15 @@ class CheckpointStore:
                 "ids": [k[2] for k in keys],
             }
             yield Query(sql.BURY_ORPHAN_WRITES, params, fetch=False)
+        claims = run.take_claims()
+        if claims:
+            params = {
+                "threads": [c[0] for c in claims],
+                "namespaces": [c[1] for c in claims],
+                "ids": [c[2] for c in claims],
+                "keys": [c[3] for c in claims],
+            }
+            yield Query(sql.BURY_ORPHAN_CLAIMS, params, fetch=False)
 
     def _refuse(
         self,

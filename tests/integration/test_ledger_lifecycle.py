@@ -165,6 +165,39 @@ def test_the_sweep_expiring_a_copy_leaves_the_source_its_ledger(pg_url: str) -> 
     assert bank.calls == [("bob", 5)], "the source paid again after the sweep took its copy"
 
 
+def test_a_copy_made_before_sources_were_recorded_still_leaves_the_source_its_ledger(
+    pg_url: str,
+) -> None:
+    """Copies made by earlier versions recorded only the copy's lineage, not the
+    source's: the source is still found (the living thread whose id is the
+    lineage) when the copy is deleted."""
+    bank = Bank()
+    with ColosseumSaver.from_conn_string(pg_url) as saver:
+        graph, source, copy = _source_and_paid_copy(saver, bank, pg_url)
+        with psycopg.connect(pg_url, autocommit=True) as conn:
+            conn.execute("DELETE FROM colosseum_thread_lineage WHERE thread_id = %s", (source,))
+        saver.delete_thread(copy)
+        assert last_answer(graph.invoke(None, cfg(source))) == "paid 5 (call #1)"
+    assert bank.calls == [("bob", 5)]
+
+
+def test_deleting_a_copy_of_a_thread_on_a_reused_id_leaves_it_its_ledger(pg_url: str) -> None:
+    """The source is a new thread on a deleted id (its lineage is not its bare
+    id): its copy records it, and deleting the copy hands the rows back to it."""
+    bank = Bank()
+    with ColosseumSaver.from_conn_string(pg_url) as saver:
+        graph = payment_graph(saver, bank, interrupt_before=["tools"])
+        source, copy = new_tid("reused-src"), new_tid("reused-src-copy")
+        graph.invoke({"messages": []}, cfg(source))
+        saver.delete_thread(source)
+        graph.invoke({"messages": []}, cfg(source))
+        saver.copy_thread(source, copy)
+        assert last_answer(graph.invoke(None, cfg(copy))) == "paid 5 (call #1)"
+        saver.delete_thread(copy)
+        assert last_answer(graph.invoke(None, cfg(source))) == "paid 5 (call #1)"
+    assert bank.calls == [("bob", 5)]
+
+
 def test_deleting_every_thread_of_a_lineage_deletes_its_ledger(pg_url: str) -> None:
     """Source first, then the copy that inherited the rows; and the other order."""
     for order in ("source first", "copy first"):
@@ -393,3 +426,48 @@ async def test_updating_a_thread_that_does_not_exist_is_refused_async(pg_url: st
         with pytest.raises(ThreadNotFoundError, match=tid):
             await saver.threads.update(tid, metadata={"a": 1})
         assert await saver.threads.get(tid) is None
+
+
+def test_a_run_deleted_before_any_of_its_puts_landed_leaves_no_ledger(pg_url: str) -> None:
+    """LangGraph sends puts in the background: here they are held until the tool
+    has run. The thread is deleted during the agent step, so the tools step's
+    checkpoint (made after the deletion) names nothing deleted, and the run has
+    stored nothing yet: its claim goes through and the tool runs for the doomed
+    run. When its puts are refused (made before the deletion), what it claimed
+    goes with the writes of its checkpoints that were never stored: no row of
+    the deleted thread stays to answer a new run on the same thread_id."""
+    bank = Bank()
+    tid = new_tid("deleted-before-puts")
+    paid = threading.Event()
+    pay = bank.pay.func  # type: ignore[attr-defined]
+
+    def pay_and_tell(to: str, amount: int) -> str:
+        try:
+            return pay(to, amount)
+        finally:
+            paid.set()
+
+    bank.pay.func = pay_and_tell  # type: ignore[attr-defined]
+    with ColosseumSaver.from_conn_string(pg_url) as saver:
+        put = saver.put
+
+        def held_put(*args: Any) -> Any:
+            if not paid.is_set():
+                assert paid.wait(30), "the tool never ran"
+            return put(*args)
+
+        saver.put = held_put  # type: ignore[method-assign]
+        deleted: list[bool] = []
+
+        def delete_once(config: RunnableConfig) -> None:
+            if not deleted:
+                deleted.append(True)
+                saver.delete_thread(tid)
+
+        graph = payment_graph(saver, bank, before_agent=delete_once)
+        with pytest.raises(CheckpointDeletedError):
+            graph.invoke({"messages": []}, cfg(tid))
+        assert bank.calls == [("bob", 5)]  # nothing could tell the tool its run was doomed
+        assert ledger_rows(pg_url, tid) == [], "the deleted thread's run left ledger rows"
+        assert last_answer(graph.invoke({"messages": []}, cfg(tid))) == "paid 5 (call #2)"
+        assert ledger_rows(pg_url, tid) == [(tid, "SUCCESS")]
