@@ -211,14 +211,14 @@ class IdempotentToolNode(ToolNode):
                 _claim_begins(run, plan)
             try:
                 result = ledger._run(io.single(req))
+                if claim:  # recorded while in flight: a burial waits for it
+                    _claimed(run, plan, result)
+                return result
             except psycopg.errors.UniqueViolation:
                 return _lost_claim(req)
             finally:
                 if claim:
                     _claim_ends(run)
-            if claim:
-                _claimed(run, plan, result)
-            return result
 
         try:
             return io.run(execute_once(plan, ledger._store.codec), perform)
@@ -244,14 +244,14 @@ class IdempotentToolNode(ToolNode):
                 _claim_begins(run, plan)
             try:
                 result = await ledger._arun(io.single(req))
+                if claim:  # recorded while in flight: a burial waits for it
+                    _claimed(run, plan, result)
+                return result
             except psycopg.errors.UniqueViolation:
                 return _lost_claim(req)
             finally:
                 if claim:
                     _claim_ends(run)
-            if claim:
-                _claimed(run, plan, result)
-            return result
 
         try:
             return await io.arun(execute_once(plan, ledger._store.codec), perform)

@@ -116,6 +116,8 @@ class RunWrites:
         with self._lock:
             self.stored.append(key)
             self.pending.discard(key)
+            if self.claims:
+                self.claims = {c for c in self.claims if c[:3] != key}
 
     def writes_stored(self, key: CheckpointKey) -> None:
         with self._lock:

@@ -429,8 +429,8 @@ async def test_updating_a_thread_that_does_not_exist_is_refused_async(pg_url: st
 
 
 def test_a_run_deleted_before_any_of_its_puts_landed_leaves_no_ledger(pg_url: str) -> None:
-    """LangGraph sends puts in the background: here they are held until the tool
-    has run. The thread is deleted during the agent step, so the tools step's
+    """LangGraph sends puts in the background: here they (and the writes) are
+    held until the tool has run. The thread is deleted during the agent step, so the tools step's
     checkpoint (made after the deletion) names nothing deleted, and the run has
     stored nothing yet: its claim goes through and the tool runs for the doomed
     run. When its puts are refused (made before the deletion), what it claimed
@@ -449,14 +449,18 @@ def test_a_run_deleted_before_any_of_its_puts_landed_leaves_no_ledger(pg_url: st
 
     bank.pay.func = pay_and_tell  # type: ignore[attr-defined]
     with ColosseumSaver.from_conn_string(pg_url) as saver:
-        put = saver.put
+        put, put_writes = saver.put, saver.put_writes
 
-        def held_put(*args: Any) -> Any:
-            if not paid.is_set():
-                assert paid.wait(30), "the tool never ran"
-            return put(*args)
+        def held(write: Any) -> Any:
+            def held_write(*args: Any) -> Any:
+                if not paid.is_set():
+                    assert paid.wait(30), "the tool never ran"
+                return write(*args)
 
-        saver.put = held_put  # type: ignore[method-assign]
+            return held_write
+
+        saver.put = held(put)  # type: ignore[method-assign]
+        saver.put_writes = held(put_writes)  # type: ignore[method-assign]
         deleted: list[bool] = []
 
         def delete_once(config: RunnableConfig) -> None:
