@@ -625,7 +625,10 @@ GUARDS: list[Guard] = [
         file="langgraph_colosseum/_core/store.py",
         original="statements = [sql.DELETE_LOCK, rehome, *tombstones, *deletes]",
         mutant="statements = [sql.DELETE_LOCK, *tombstones, rehome, *deletes]",
-        tests=(f"{LEDGER_LIFE}::test_a_new_thread_on_a_deleted_id_does_not_get_the_old_ledger",),
+        tests=(
+            f"{LEDGER_LIFE}"
+            "::test_deleting_a_source_copied_before_sources_were_recorded_hands_its_rows_on",
+        ),
     ),
     Guard(
         name="tool ledger: copy_thread records the source in the lineage",

@@ -181,6 +181,27 @@ def test_a_copy_made_before_sources_were_recorded_still_leaves_the_source_its_le
     assert bank.calls == [("bob", 5)]
 
 
+def test_deleting_a_source_copied_before_sources_were_recorded_hands_its_rows_on(
+    pg_url: str,
+) -> None:
+    """Such a source (no lineage row) is its own lineage: its rows are handed to
+    its copy, found by that lineage as it was before the deletion is recorded
+    (which makes the id's lineage another one)."""
+    bank = Bank()
+    with ColosseumSaver.from_conn_string(pg_url) as saver:
+        graph = payment_graph(saver, bank)
+        source, copy = new_tid("old-src"), new_tid("old-src-copy")
+        assert last_answer(graph.invoke({"messages": []}, cfg(source))) == "paid 5 (call #1)"
+        saver.copy_thread(source, copy)
+        with psycopg.connect(pg_url, autocommit=True) as conn:
+            conn.execute("DELETE FROM colosseum_thread_lineage WHERE thread_id = %s", (source,))
+        saver.delete_thread(source)
+        assert ledger_rows(pg_url, source, copy) == [(copy, "SUCCESS")]
+        graph.update_state(cfg(copy), None, as_node="agent")
+        assert last_answer(graph.invoke(None, cfg(copy))) == "paid 5 (call #1)"
+    assert bank.calls == [("bob", 5)]
+
+
 def test_deleting_a_copy_of_a_thread_on_a_reused_id_leaves_it_its_ledger(pg_url: str) -> None:
     """The source is a new thread on a deleted id (its lineage is not its bare
     id): its copy records it, and deleting the copy hands the rows back to it."""
