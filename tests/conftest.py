@@ -45,7 +45,7 @@ TRUNCATE = (
     "TRUNCATE colosseum_checkpoints, colosseum_channel_values, colosseum_writes, "
     "colosseum_delta_histories, colosseum_tool_calls, colosseum_threads, colosseum_stale_heads, "
     "colosseum_tombstones, colosseum_deleted_threads, colosseum_deleted_runs, "
-    "colosseum_thread_lineage, colosseum_runs"
+    "colosseum_thread_lineage, colosseum_runs, colosseum_thread_epochs"
 )
 
 

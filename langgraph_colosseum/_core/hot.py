@@ -212,6 +212,25 @@ local function replaced_fields(old, versions, given)
     return doomed
 end
 
+-- The deletion epoch the hash's contents came from (see "Never stale"); -1
+-- when none is recorded: a hash a miss created, or one written before epochs.
+local function held_epoch()
+    return tonumber(redis.call('HGET', key, 'epoch') or '-1')
+end
+
+-- A write applies only onto a hash of its own deletion epoch. A newer one: a
+-- deletion committed after the write and a reader refilled the hash since, so
+-- the hash already holds whatever of the write survived the deletion, and the
+-- write carries what it removed. An older one: the hash is from before a
+-- deletion the write follows (its drop has not arrived, or Redis refused it).
+-- Either way nothing in the hash is proven: it goes, and the next reader
+-- refills it from Postgres.
+local function epoch_differs(epoch)
+    if held_epoch() == tonumber(epoch) then return false end
+    redis.call('DEL', key)
+    return true
+end
+
 -- A write's first move, made once its reads are done: bump the counter (a
 -- refill noted before now will fail) and extend the hash's life.
 local function bump()
@@ -275,18 +294,29 @@ return {seq, head, cv, writes, rows}
 """
 )
 
-# ARGV: ttl, ns, seq noted by the miss, id ("" = no checkpoint), head, cv, writes,
-# then channel, version, base ("" = full row), row for every row of the chains.
-# Reply: 1 when the head was refilled, 0 when a write came first.
+# ARGV: ttl, ns, seq noted by the miss, the thread's deletion epoch the read saw,
+# id ("" = no checkpoint), head, cv, writes, then channel, version, base
+# ("" = full row), row for every row of the chains.
+# Reply: 1 when the head was refilled, 0 when a write (or a deletion) came first.
 REFILL = (
     _COMMON
     + r"""
 if redis.call('HGET', key, 'seq') ~= ARGV[3] then return 0 end
-drop_namespace()
-redis.call('HSET', key, P .. 'id', ARGV[4], P .. 'h', ARGV[5], P .. 'cv', ARGV[6],
-           P .. 'w', ARGV[7])
-store_rows(8)
-if ns == '' and ARGV[4] == '' then
+local epoch = tonumber(ARGV[4])
+if epoch < held_epoch() then return 0 end  -- read before a deletion the hash reflects
+if epoch > held_epoch() then
+    -- The rest of the hash is from before a deletion this read saw (its drop
+    -- has not arrived, or Redis refused it): it goes; the counter stays.
+    redis.call('DEL', key)
+    redis.call('HSET', key, 'seq', ARGV[3])
+    redis.call('HSET', key, 'epoch', ARGV[4])
+else
+    drop_namespace()
+end
+redis.call('HSET', key, P .. 'id', ARGV[5], P .. 'h', ARGV[6], P .. 'cv', ARGV[7],
+           P .. 'w', ARGV[8])
+store_rows(9)
+if ns == '' and ARGV[5] == '' then
     -- No root checkpoint: a thread about to be created (its first put sets the
     -- full TTL), or an id that does not exist, which must not hold memory for
     -- an hour (a typo, a scan of made-up ids). A miss's fresh hash lives as
@@ -299,17 +329,18 @@ return 1
 """
 )
 
-# After a put committed. ARGV: ttl, ns, id, head, cv, writes Postgres already held
-# for this checkpoint when the put ran (packed list of slots), then the put's
-# value rows as channel, version, base, row.
+# After a put committed. ARGV: ttl, ns, the thread's deletion epoch the put saw,
+# id, head, cv, writes Postgres already held for this checkpoint when the put ran
+# (packed list of slots), then the put's value rows as channel, version, base, row.
 # Reply: 1 advanced, 0 nothing to advance (no head, or a newer one), -1 dropped.
 ADVANCE = (
     _COMMON
     + r"""
 -- A hash is only ever created by a reader: with none, there is no head to keep.
 if redis.call('EXISTS', key) == 0 then return 0 end
+if epoch_differs(ARGV[3]) then return -1 end
 local current = redis.call('HGET', key, P .. 'id')
-local id = ARGV[3]
+local id = ARGV[4]
 local function drop()
     local fields = namespace_fields()
     bump()
@@ -325,8 +356,8 @@ local old_cv, cv_ok = unpacked(P .. 'cv')
 if current ~= '' and not old_cv then return drop() end
 for i = 1, #(old_cv or {}), 2 do old[old_cv[i]] = old_cv[i + 1] end
 local given = {}
-for i = 7, #ARGV, 4 do given[ARGV[i]] = {ARGV[i + 1], ARGV[i + 2]} end
-local versions = cmsgpack.unpack(ARGV[5])
+for i = 8, #ARGV, 4 do given[ARGV[i]] = {ARGV[i + 1], ARGV[i + 2]} end
+local versions = cmsgpack.unpack(ARGV[6])
 for i = 1, #versions, 2 do
     local channel, version = versions[i], versions[i + 1]
     local row = given[channel]
@@ -365,19 +396,19 @@ end
 -- Those whose own script has not run yet are awaited: until they arrive the
 -- head is incomplete, and readers miss.
 local awaited = {}
-for _, slot in ipairs(cmsgpack.unpack(ARGV[6])) do
+for _, slot in ipairs(cmsgpack.unpack(ARGV[7])) do
     if not writes[slot] then awaited[#awaited + 1] = slot end
 end
 local doomed = replaced_fields(old, versions, given)
 -- Every read is done: now the writes.
 bump()
-store_rows(7)
+store_rows(8)
 if any_later then
     redis.call('HSET', key, P .. 'n', cmsgpack.pack(later))
 else
     redis.call('HDEL', key, P .. 'n')
 end
-redis.call('HSET', key, P .. 'id', id, P .. 'h', ARGV[4], P .. 'cv', ARGV[5],
+redis.call('HSET', key, P .. 'id', id, P .. 'h', ARGV[5], P .. 'cv', ARGV[6],
            P .. 'w', cmsgpack.pack(writes))
 await_slots(awaited)
 delete_fields(doomed)
@@ -385,7 +416,8 @@ return 1
 """
 )
 
-# After put_writes committed. ARGV: ttl, ns, checkpoint id, then slot, write,
+# After put_writes committed. ARGV: ttl, ns, the thread's deletion epoch the
+# statement saw, checkpoint id, then slot, write,
 # replace (1 for special channels, whose last write wins) per write.
 # Reply: 1 merged into the head, 2 stashed for a coming put, 0 not the head,
 # -1 dropped (the head's writes did not decode).
@@ -393,10 +425,11 @@ ADD_WRITES = (
     _COMMON
     + r"""
 if redis.call('EXISTS', key) == 0 then return 0 end
+if epoch_differs(ARGV[3]) then return -1 end
 local current = redis.call('HGET', key, P .. 'id')
-local id = ARGV[3]
+local id = ARGV[4]
 local function merge(writes)
-    for i = 4, #ARGV, 3 do
+    for i = 5, #ARGV, 3 do
         if ARGV[i + 2] == '1' or not writes[ARGV[i]] then writes[ARGV[i]] = ARGV[i + 1] end
     end
     return writes
@@ -609,11 +642,13 @@ class HotHead:
         seq: bytes,
         row: tuple | None,
         value_rows: Sequence[ValueRow],
+        epoch: int,
     ) -> CacheCall:
-        """Put back what Postgres returned for the latest checkpoint (None: there is none)."""
+        """Put back what Postgres returned for the latest checkpoint (None: there is
+        none), read at the thread's deletion epoch `epoch`."""
         if row is None:  # sealed too: an emptied head must not pass for "no checkpoint"
             nothing = self._seal(pack([None] * 4), thread_id, checkpoint_ns, "h")
-            args = [self.ttl_ms, checkpoint_ns, seq, "", nothing, b"", b""]
+            args = [self.ttl_ms, checkpoint_ns, seq, epoch, "", nothing, b"", b""]
             return CacheCall("refill", self.thread_key(thread_id), tuple(args))
         checkpoint_id, parent_id, document, metadata = row[2:6]
         write_columns = row[6:_WRITE_END]
@@ -636,7 +671,7 @@ class HotHead:
             for row in value_rows
         )
         args = [
-            self.ttl_ms, checkpoint_ns, seq, checkpoint_id,
+            self.ttl_ms, checkpoint_ns, seq, epoch, checkpoint_id,
             self._head(thread_id, checkpoint_ns, checkpoint_id, parent_id, document, metadata),
             flat_versions(_document_versions(document)), _lua_string_map(writes),
             *self._row_args(thread_id, checkpoint_ns, rows),
@@ -654,9 +689,10 @@ class HotHead:
         channel_versions: Mapping[str, Any],
         writes_before: Sequence[str],
         rows: Sequence[tuple[str, str, StoredValue]],
+        epoch: int,
     ) -> CacheCall:
         args = [
-            self.ttl_ms, checkpoint_ns, checkpoint_id,
+            self.ttl_ms, checkpoint_ns, epoch, checkpoint_id,
             self._head(thread_id, checkpoint_ns, checkpoint_id, parent_id, document, metadata),
             flat_versions(channel_versions), pack(list(writes_before)),
             *self._row_args(
@@ -672,8 +708,9 @@ class HotHead:
         checkpoint_ns: str,
         checkpoint_id: str,
         writes: Sequence[tuple[str, bytes, bool]],
+        epoch: int,
     ) -> CacheCall:
-        args: list[Any] = [self.ttl_ms, checkpoint_ns, checkpoint_id]
+        args: list[Any] = [self.ttl_ms, checkpoint_ns, epoch, checkpoint_id]
         for slot, packed, replace in writes:
             args += (slot, packed, "1" if replace else "0")
         return CacheCall("add_writes", self.thread_key(thread_id), tuple(args))

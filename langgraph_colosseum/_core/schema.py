@@ -263,6 +263,20 @@ MIGRATIONS: list[str] = [
     """
     ALTER TABLE colosseum_writes ADD COLUMN IF NOT EXISTS state_version integer;
     """,
+    # 11: each thread's deletion epoch, which keeps a write's late Redis script
+    # from bringing back what a deletion removed (see _core/hot.py, "Never
+    # stale"). delete_thread, the retention sweep, prune and delete_for_runs
+    # move it forward in their own transaction; put, put_writes and a read
+    # that refills Redis return it from their statement. A thread with no row
+    # is at epoch 0. Apart from the registry row, which delete_thread removes:
+    # a thread's epoch never goes back, deleted or not, so a write made before
+    # a deletion is never taken for one made after it.
+    """
+    CREATE TABLE IF NOT EXISTS colosseum_thread_epochs (
+        thread_id text COLLATE "C" PRIMARY KEY,
+        epoch     bigint NOT NULL
+    );
+    """,
 ]
 
 LATEST_VERSION = len(MIGRATIONS)

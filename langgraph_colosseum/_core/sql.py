@@ -106,6 +106,25 @@ ORDER BY c.checkpoint_id DESC
 LIMIT 1
 """
 
+# The thread's deletion epoch (schema migration 11; no row: 0), returned by
+# every statement whose result goes to Redis (put, put_writes, a read that
+# refills the head): the scripts compare it with the epoch the hash's contents
+# came from (see hot.py, "Never stale"). In a write's own statement, which
+# runs under the thread's write lock (WRITE_LOCK), no deletion can commit
+# between this read and the write's commit: it is the epoch the write is of.
+THREAD_EPOCH = """coalesce(
+    (SELECT e.epoch FROM colosseum_thread_epochs e WHERE e.thread_id = %(thread_id)s), 0)"""
+
+# The latest checkpoint for a refill of the hot head: the thread's deletion
+# epoch first, read in the same statement (one snapshot) as the checkpoint,
+# and a row even when there is no checkpoint (the head then records "none"
+# at that epoch). NULL columns after the epoch: no checkpoint.
+GET_TUPLE_LATEST_FOR_HEAD = f"""
+SELECT {THREAD_EPOCH} AS epoch, latest.*
+FROM (SELECT 1) AS one
+LEFT JOIN LATERAL ({GET_TUPLE_LATEST}) AS latest ON true
+"""
+
 # `list` pages: checkpoints and writes only; their values come from VALUE_CHAINS,
 # once per page, shared by every checkpoint that names the same versions.
 # `where` is built from fixed fragments in `store.py` only.
@@ -514,8 +533,9 @@ SELECT ARRAY(SELECT channel FROM missing) AS missing_bases,
        ARRAY(SELECT w.idx || ':' || w.task_id FROM colosseum_writes w
              WHERE w.thread_id = %(thread_id)s AND w.checkpoint_ns = %(checkpoint_ns)s
                AND w.checkpoint_id = %(checkpoint_id)s) AS writes_before,
-       -- For the hot head (hot.py): the database incarnation, and heads to drop.
-       {INCARNATION} AS incarnation, {STALE_HEADS} AS stale_heads
+       -- For the hot head (hot.py): the database incarnation, heads to drop,
+       -- and the thread's deletion epoch.
+       {INCARNATION} AS incarnation, {STALE_HEADS} AS stale_heads, {THREAD_EPOCH} AS epoch
        {conflict_columns}
 """
     )
@@ -597,7 +617,7 @@ DO UPDATE SET channel = EXCLUDED.channel, task_path = EXCLUDED.task_path,
 WHERE EXCLUDED.idx < 0
 )
 SELECT EXISTS (SELECT 1 FROM fenced), (SELECT checkpoint_id FROM deleted LIMIT 1),
-       {INCARNATION} AS incarnation, {STALE_HEADS} AS stale_heads
+       {INCARNATION} AS incarnation, {STALE_HEADS} AS stale_heads, {THREAD_EPOCH} AS epoch
        {conflict_columns}
 """
 
@@ -1007,6 +1027,16 @@ WHERE t.thread_id = ANY(%(thread_ids)b::text[])
   AND NOT EXISTS (SELECT 1 FROM colosseum_checkpoints c
                   WHERE c.thread_id = t.thread_id AND c.checkpoint_ns = ''
                     AND c.checkpoint_id = t.head_checkpoint_id)
+"""
+
+# A deletion moves the epochs of the threads it removes content of, in its
+# own transaction (after DELETE_LOCK). A write's Redis script that arrives
+# after it carries an older epoch than a head refilled since, and is refused
+# (see hot.py). Counted up, never reset: delete_thread keeps the row.
+MOVE_EPOCHS = """
+INSERT INTO colosseum_thread_epochs AS e (thread_id, epoch)
+SELECT DISTINCT t, 1 FROM unnest(%(thread_ids)b::text[]) AS t
+ON CONFLICT (thread_id) DO UPDATE SET epoch = e.epoch + 1
 """
 
 DELETED_RUNS = """

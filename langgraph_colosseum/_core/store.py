@@ -262,12 +262,19 @@ class CheckpointStore:
         }
         # With a retention policy, reading a thread also pushes its expiry back.
         touch = sql.TOUCH_THREAD if self.thread_ttl is not None else ""
+        epoch = 0
         if checkpoint_id:
             rows = yield Query(
                 touch + sql.GET_TUPLE_BY_ID,
                 {**params, "checkpoint_id": checkpoint_id},
                 prepare=True,
             )
+        elif seq is not None:
+            # A refill: with the thread's deletion epoch, from the same snapshot.
+            ((epoch, *latest),) = yield Query(
+                touch + sql.GET_TUPLE_LATEST_FOR_HEAD, params, prepare=True
+            )
+            rows = [tuple(latest)] if latest[0] is not None else []
         else:
             rows = yield Query(touch + sql.GET_TUPLE_LATEST, params, prepare=True)
         row = rows[0] if rows else None
@@ -282,7 +289,7 @@ class CheckpointStore:
         # Only what read back cleanly goes to Redis: a corrupt row stays a miss.
         if seq is not None:
             assert self.hot is not None
-            yield self.hot.refill(thread_id, checkpoint_ns, seq, row, value_rows)
+            yield self.hot.refill(thread_id, checkpoint_ns, seq, row, value_rows, epoch)
         if self.on_conflict:
             claim = _claim_of(row) if row is not None else None
             self._note_read(config, thread_id, checkpoint_ns, checkpoint_id, result, claim)
@@ -679,7 +686,8 @@ class CheckpointStore:
             if run is not None:
                 run.put_sending((thread_id, checkpoint_ns, checkpoint_id))
         here = Where(thread_id, checkpoint_ns, checkpoint_id, "<checkpoint>")
-        ((missing_bases, inserted, fenced, deleted, writes_before, incarnation, stale, *conflict),) = (
+        ((missing_bases, inserted, fenced, deleted, writes_before, incarnation, stale, epoch,
+          *conflict),) = (
             yield from self._send(run, statement, {**params, **_value_columns(sealed)}, here, "put")
         )  # fmt: skip
         if deleted is not None:
@@ -701,7 +709,7 @@ class CheckpointStore:
             sealed = self._seal_values(thread_id, checkpoint_ns, new_versions, planned)
             (
                 (missing_bases, inserted, fenced, deleted, writes_before, incarnation, stale,
-                 *conflict),
+                 epoch, *conflict),
             ) = yield from self._send(
                 run, statement, {**params, **_value_columns(sealed)}, here, "put"
             )  # fmt: skip
@@ -735,6 +743,7 @@ class CheckpointStore:
                     (ch, str(v), stored)
                     for (ch, v), stored in zip(new_versions.items(), sealed)
                 ],
+                epoch,
             ))  # fmt: skip
         return checkpoint_config(thread_id, checkpoint_ns, checkpoint_id)
 
@@ -1081,7 +1090,7 @@ class CheckpointStore:
                 params.update(
                     self._optimistic(run, thread_id, checkpoint_ns, checkpoint_id, checkpoint_id)
                 )
-            ((fenced, deleted, incarnation, stale, *conflict),) = yield from self._send(
+            ((fenced, deleted, incarnation, stale, epoch, *conflict),) = yield from self._send(
                 run, statement, params, here, "put_writes"
             )
             # The run's own puts go on in the background: one that committed
@@ -1137,7 +1146,7 @@ class CheckpointStore:
             yield from self._write_head(
                 thread_id,
                 stale,
-                self.hot.add_writes(thread_id, checkpoint_ns, checkpoint_id, slots),
+                self.hot.add_writes(thread_id, checkpoint_ns, checkpoint_id, slots, epoch),
             )
 
     # ------------------------------------------------------------ maintenance
@@ -1157,7 +1166,8 @@ class CheckpointStore:
         # The ledger is rehomed before the deletion is recorded, which changes
         # the lineage of the ids (see sql.lineage_of).
         rehome = sql.REHOME_EXPIRED_TOOL_CALLS if only_expired else sql.REHOME_TOOL_CALLS
-        statements = [sql.DELETE_LOCK, rehome, *tombstones, *deletes]
+        # The epochs move with the deletion (see sql.MOVE_EPOCHS).
+        statements = [sql.DELETE_LOCK, rehome, *tombstones, *deletes, sql.MOVE_EPOCHS]
         if only_expired:
             from langgraph_colosseum._core.threads import LOCK_STILL_EXPIRED
 
@@ -1314,6 +1324,7 @@ class CheckpointStore:
         queries.append(
             Query(sql.COLLECT_UNREFERENCED_VALUES, {"thread_ids": thread_list}, fetch=False)
         )
+        queries.append(Query(sql.MOVE_EPOCHS, {"thread_ids": thread_list}, fetch=False))
         yield Transaction(tuple(queries))
         self.bases.forget_threads(thread_list)
         self.seeds.forget_threads(thread_list)
@@ -1348,6 +1359,7 @@ class CheckpointStore:
         thread_ids = {"thread_ids": [row[0] for row in threads]}
         queries.append(Query(sql.RESET_DELETED_HEADS, thread_ids, fetch=False))
         queries.append(Query(sql.COLLECT_UNREFERENCED_VALUES, thread_ids, fetch=False))
+        queries.append(Query(sql.MOVE_EPOCHS, thread_ids, fetch=False))
         yield Transaction(tuple(queries))
         self.bases.forget_threads([row[0] for row in threads])
         self.seeds.forget_threads([row[0] for row in threads])

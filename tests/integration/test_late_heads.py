@@ -233,9 +233,11 @@ def _carries(request: Request, text: bytes) -> bool:
     )
 
 
-def _is_put(request: Request) -> bool:
+def _is_put(request: Request, text: str) -> bool:
+    """A put transaction whose values hold `text`."""
     return isinstance(request, Transaction) and any(
-        isinstance(q, Query) and q.sql == sql.PUT for q in request.queries
+        isinstance(q, Query) and q.sql == sql.PUT and text in repr(q.params.get("jsons"))
+        for q in request.queries
     )
 
 
@@ -259,19 +261,30 @@ def test_a_rollback_wins_over_the_stopped_runs_late_redis_head(url: str) -> None
         look = echo_graph(other)
         look.get_state(config)  # the head in Redis: after "one"
 
+        held_request: list[Request] = []
+
         def hold_the_stopped_runs_advance(request: Request) -> None:
             if not held.is_set() and _carries(request, DELETED.encode()):
+                held_request.append(request)
                 held.set()
                 release.wait(WAIT)
 
         def release_at_the_rollback_runs_first_put() -> None:
             release.set()
             assert advanced.wait(WAIT)
-            seen_between.append(look.get_state(config).values)
+            state = look.get_state(config)
+            seen_between.append((state.values, state.next, state.config))
             seen_between.append([s.values for s in look.get_state_history(config)])
+            seen_between.append(other.get_tuple(latest(thread_id)))
+            seen_between.append(redis_hash(other, thread_id))
+            with ColosseumSaver.from_conn_string(url) as truth:  # Postgres alone
+                seen_between.append(truth.get_tuple(latest(thread_id)))
 
+        # The rollback run's first put: after its first read. LangGraph may put
+        # in the background, so the stopped run can still be putting meanwhile;
+        # the rollback run's put is the one carrying "two".
         first_put = Once(
-            lambda r: held.is_set() and _is_put(r), release_at_the_rollback_runs_first_put
+            lambda r: held.is_set() and _is_put(r, "two"), release_at_the_rollback_runs_first_put
         )
 
         def before(request: Request) -> None:
@@ -279,7 +292,7 @@ def test_a_rollback_wins_over_the_stopped_runs_late_redis_head(url: str) -> None
             first_put(request)
 
         def after(request: Request, result: Any) -> None:
-            if held.is_set() and _carries(request, DELETED.encode()):
+            if held_request and request is held_request[0]:
                 advanced.set()
 
         saver.before, saver.after = before, after
@@ -302,8 +315,12 @@ def test_a_rollback_wins_over_the_stopped_runs_late_redis_head(url: str) -> None
         # came before the rollback run recorded it as rolled back).
         assert isinstance(outcome[0], RunInterruptedError), outcome
         assert result["messages"] == ["one", "one:answer", "two", "two:answer"]
-        assert DELETED not in repr(seen_between), seen_between
-        assert seen_between[0]["messages"] == ["one", "one:answer"]
+        state, history, head, held_in_redis, want = seen_between
+        assert DELETED not in repr(head), head  # the stopped run's input checkpoint
+        assert not any(DELETED.encode() in v for v in held_in_redis.values()), held_in_redis
+        assert repr(head) == repr(want)
+        assert state == ({"messages": ["one", "one:answer"]}, (), want.config)
+        assert DELETED not in repr(history), history
         assert DELETED not in repr(look.get_state(config).values)
         assert look.get_state(config).values == result
         assert not any(DELETED.encode() in v for v in redis_hash(other, thread_id).values())

@@ -56,6 +56,7 @@ EXPECTED_TABLES = {
     "colosseum_deleted_runs",
     "colosseum_thread_lineage",
     "colosseum_runs",
+    "colosseum_thread_epochs",
 }
 
 
