@@ -48,6 +48,7 @@ STATE_VERSIONS = "tests/integration/test_state_versions.py"
 STATE_VERSIONS_REVIEW = "tests/integration/test_state_versions_review.py"
 ON_CONFLICT = "tests/integration/test_on_conflict.py"
 LEDGER_LIFE = "tests/integration/test_ledger_lifecycle.py"
+LATE_HEADS = "tests/integration/test_late_heads.py"
 
 
 @dataclass(frozen=True)
@@ -675,6 +676,120 @@ GUARDS: list[Guard] = [
             "updated_at = now()\n"
         ),
         tests=(f"{LEDGER_LIFE}::test_updating_a_deleted_thread_is_refused_and_writes_nothing",),
+    ),
+    Guard(
+        name="hot head: an advance applies only onto a hash of its own deletion epoch",
+        file="langgraph_colosseum/_core/hot.py",
+        original=(
+            "if epoch_differs(ARGV[3]) then return -1 end\n"
+            "local current = redis.call('HGET', key, P .. 'id')\nlocal id = ARGV[4]\n"
+            "local function drop()"
+        ),
+        mutant=(
+            "local current = redis.call('HGET', key, P .. 'id')\nlocal id = ARGV[4]\n"
+            "local function drop()"
+        ),
+        tests=(
+            f"{LATE_HEADS}::test_a_late_advance_of_a_deleted_run_is_never_served",
+            f"{LATE_HEADS}::test_a_late_advance_of_a_deleted_run_is_never_served_async",
+            f"{LATE_HEADS}::test_a_late_advance_after_delete_thread_is_never_served",
+            f"{LATE_HEADS}::test_a_rollback_wins_over_the_stopped_runs_late_redis_head",
+        ),
+    ),
+    Guard(
+        name="hot head: writes are added only to a hash of their own deletion epoch",
+        file="langgraph_colosseum/_core/hot.py",
+        original=(
+            "if epoch_differs(ARGV[3]) then return -1 end\n"
+            "local current = redis.call('HGET', key, P .. 'id')\nlocal id = ARGV[4]\n"
+            "local function merge(writes)"
+        ),
+        mutant=(
+            "local current = redis.call('HGET', key, P .. 'id')\nlocal id = ARGV[4]\n"
+            "local function merge(writes)"
+        ),
+        tests=(f"{LATE_HEADS}::test_a_late_add_writes_of_a_deleted_run_is_never_served",),
+    ),
+    Guard(
+        name="hot head: a refill records the deletion epoch its read saw",
+        file="langgraph_colosseum/_core/hot.py",
+        original="    redis.call('HSET', key, 'epoch', ARGV[4])\n",
+        mutant="",
+        tests=(f"{LATE_HEADS}::test_a_late_advance_of_a_deleted_run_is_never_served",),
+    ),
+    Guard(
+        name="hot head: a refilling read returns the epoch from its own snapshot",
+        file="langgraph_colosseum/_core/sql.py",
+        original="SELECT {THREAD_EPOCH} AS epoch, latest.*",
+        mutant="SELECT 0 AS epoch, latest.*",
+        tests=(
+            f"{LATE_HEADS}::test_a_late_advance_of_a_deleted_run_is_never_served",
+            f"{LATE_HEADS}::test_a_late_advance_after_delete_thread_is_never_served",
+        ),
+    ),
+    Guard(
+        name="hot head: a put returns the epoch it was written at",
+        file="langgraph_colosseum/_core/sql.py",
+        original=(
+            "       -- and the thread's deletion epoch.\n"
+            "       {INCARNATION} AS incarnation, {STALE_HEADS} AS stale_heads, "
+            "{THREAD_EPOCH} AS epoch"
+        ),
+        mutant=(
+            "       -- and the thread's deletion epoch.\n"
+            "       {INCARNATION} AS incarnation, {STALE_HEADS} AS stale_heads, 0 AS epoch"
+        ),
+        tests=(f"{LATE_HEADS}::test_a_late_advance_of_a_deleted_run_is_never_served",),
+    ),
+    Guard(
+        name="hot head: put_writes returns the epoch it was written at",
+        file="langgraph_colosseum/_core/sql.py",
+        original=(
+            "(SELECT checkpoint_id FROM deleted LIMIT 1),\n"
+            "       {INCARNATION} AS incarnation, {STALE_HEADS} AS stale_heads, "
+            "{THREAD_EPOCH} AS epoch"
+        ),
+        mutant=(
+            "(SELECT checkpoint_id FROM deleted LIMIT 1),\n"
+            "       {INCARNATION} AS incarnation, {STALE_HEADS} AS stale_heads, 0 AS epoch"
+        ),
+        tests=(f"{LATE_HEADS}::test_a_late_add_writes_of_a_deleted_run_is_never_served",),
+    ),
+    Guard(
+        name="hot head: delete_for_runs moves the epochs of the threads it deletes from",
+        file="langgraph_colosseum/_core/store.py",
+        original="        queries.append(Query(sql.MOVE_EPOCHS, thread_ids, fetch=False))\n",
+        mutant="",
+        tests=(
+            f"{LATE_HEADS}::test_a_late_advance_of_a_deleted_run_is_never_served",
+            f"{LATE_HEADS}::test_a_late_add_writes_of_a_deleted_run_is_never_served",
+            f"{LATE_HEADS}::test_a_rollback_wins_over_the_stopped_runs_late_redis_head",
+        ),
+    ),
+    Guard(
+        name="hot head: delete_thread (and the sweep) moves the thread's epoch",
+        file="langgraph_colosseum/_core/store.py",
+        original="        statements.append(sql.MOVE_EPOCHS)  # the epochs move with the deletion\n",
+        mutant="",
+        tests=(f"{LATE_HEADS}::test_a_late_advance_after_delete_thread_is_never_served",),
+    ),
+    Guard(
+        name="hot head: a refill read at an older epoch than the hash is refused",
+        file="langgraph_colosseum/_core/hot.py",
+        original="if epoch < held_epoch() then return 0 end  -- read before a deletion the hash reflects",
+        mutant="-- (guard removed)",
+        tests=(
+            f"{LATE_HEADS}::test_a_refill_read_before_a_deletion_never_lands_after_one_read_after_it",
+        ),
+    ),
+    Guard(
+        name="hot head: a refill read at a newer epoch drops the rest of the hash",
+        file="langgraph_colosseum/_core/hot.py",
+        original="    redis.call('DEL', key)\n    redis.call('HSET', key, 'seq', ARGV[3])\n",
+        mutant="    drop_namespace()\n",
+        tests=(
+            f"{LATE_HEADS}::test_a_refill_read_before_a_deletion_never_lands_after_one_read_after_it",
+        ),
     ),
 ]
 

@@ -9,6 +9,7 @@ one unit: no half of a head can outlive the other half. Its fields, per
 checkpoint namespace ``ns``:
 
     seq                  the thread's mutation counter (see "Never stale")
+    epoch                the thread's deletion epoch its contents came from (idem)
     ns NUL id            the head's checkpoint id ("" = the namespace has none)
     ns NUL h             the head's checkpoint row: [id, parent id, document, metadata]
     ns NUL cv            its channel versions, [channel, version, ...]
@@ -30,10 +31,33 @@ and refills only if ``seq`` did not move meanwhile, so a refill can never put
 back a state some write already replaced. Deletes, prune, copy_thread and
 delete_for_runs drop the whole hash after their commit; the next reader
 recreates it with ``seq`` taken from the server clock in microseconds x 1000, so
-a recreated counter never meets a value an older reader noted. A write is
-visible through the head once its call returns. Only writes (and refills, which
-carry what Postgres holds) extend a hash's life; a write Redis refused is
-recorded in Postgres for any worker to drop (store.py, "the hot head's truth").
+a recreated counter never meets a value an older reader noted.
+
+Deleted stays deleted, in Redis too. A deletion can commit between a write's
+commit and its script (`rollback` deletes the run it stopped, whose last put
+may be committed and not yet in Redis), and a reader can refill the hash from
+Postgres before the script arrives: the script then carries content Postgres
+no longer has, onto a head it would otherwise prove it follows. So each
+thread has a deletion epoch in Postgres (colosseum_thread_epochs) that
+delete_thread, the retention sweep, prune and delete_for_runs move forward in
+their own transaction (a deleted thread keeps its row: an epoch never goes
+back). Every write statement returns it, read under the thread's write lock
+(sql.WRITE_LOCK), so no deletion commits between the read and the write's
+commit; a refilling read returns it from the same snapshot as the checkpoint.
+The hash records the epoch its contents came from (``epoch``). A write's
+script applies only onto a hash of its own epoch; on any other the whole hash
+goes (an older one: a deletion came after the write and the hash, refilled
+since, already holds what of the write survived; a newer one: the hash is
+from before a deletion the write follows). A refill read at an older epoch
+than the hash is refused; one read at a newer epoch drops the rest of the
+hash first. So once a deletion's call has returned (its drop reached Redis;
+one Redis refused is recorded stale, below), no read through Redis returns
+what it removed, whatever scripts of earlier writes are still on their way.
+
+A write is visible through the head once its call returns. Only writes (and
+refills, which carry what Postgres holds) extend a hash's life; a write Redis
+refused is recorded in Postgres for any worker to drop (store.py, "the hot
+head's truth").
 
 Nothing here opens a socket: the store yields `CacheCall`s, the drivers run them.
 """

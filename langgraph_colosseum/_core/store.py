@@ -1166,8 +1166,8 @@ class CheckpointStore:
         # The ledger is rehomed before the deletion is recorded, which changes
         # the lineage of the ids (see sql.lineage_of).
         rehome = sql.REHOME_EXPIRED_TOOL_CALLS if only_expired else sql.REHOME_TOOL_CALLS
-        # The epochs move with the deletion (see sql.MOVE_EPOCHS).
-        statements = [sql.DELETE_LOCK, rehome, *tombstones, *deletes, sql.MOVE_EPOCHS]
+        statements = [sql.DELETE_LOCK, rehome, *tombstones, *deletes]
+        statements.append(sql.MOVE_EPOCHS)  # the epochs move with the deletion
         if only_expired:
             from langgraph_colosseum._core.threads import LOCK_STILL_EXPIRED
 

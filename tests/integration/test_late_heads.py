@@ -178,6 +178,63 @@ async def test_a_late_advance_of_a_deleted_run_is_never_served_async(url: str) -
         assert head is not None and head.checkpoint["id"] == steps.ids[-1]
 
 
+# ------------------------------------------------ a refill against a deletion
+
+
+def in_child(thread_id: str, checkpoint_id: str | None = None) -> dict:
+    return {
+        "configurable": {
+            "thread_id": thread_id,
+            "checkpoint_ns": "child",
+            "checkpoint_id": checkpoint_id,
+        }
+    }
+
+
+def test_a_refill_read_before_a_deletion_never_lands_after_one_read_after_it(url: str) -> None:
+    """A reader misses on a subgraph's namespace and reads the deleted run's
+    checkpoint there; before its REFILL, the run is deleted by a worker whose
+    Redis is unreachable (its drop is only recorded stale, the hash stays) and
+    another reader refills the namespace from Postgres. The first REFILL, of an
+    older epoch, must not land; and the second, of a newer epoch than the
+    hash, must not leave the deleted root head beside it."""
+    thread_id = new_thread("late-refill")
+    run_id = str(uuid.uuid4())
+    steps = Steps(thread_id)
+    unreachable = {"redis_url": "redis://127.0.0.1:1/0", "cache_prefix": CACHE_PREFIX}
+    with (
+        worker(url) as writer,
+        worker(url) as early,
+        worker(url) as late,
+        worker(url, hot=False) as truth,
+        ColosseumSaver.from_conn_string(url, pool_size=2, **unreachable) as deleter,
+    ):
+        steps.put(writer, "before the run")
+        late.get_tuple(latest(thread_id))  # the hash, with the root head
+        config, checkpoint, metadata, versions = steps.next(writer, DELETED)
+        writer.put(of_run(config, run_id), checkpoint, metadata, versions)  # the root head
+        root = checkpoint["id"]
+        child = Steps(thread_id)
+        config, checkpoint, metadata, versions = child.next(writer, DELETED)
+        metadata["parents"] = {"": root}
+        writer.put(of_run(in_child(thread_id), run_id), checkpoint, metadata, versions)
+
+        def delete_then_refill_after_it() -> None:
+            deleter.delete_for_runs([run_id])
+            assert late.get_tuple(in_child(thread_id)) is None
+
+        early.before = hook = Once(cache_script("refill"), delete_then_refill_after_it)
+        seen = early.get_tuple(in_child(thread_id))  # read before the deletion
+        assert hook.fired and DELETED in repr(seen)
+
+        for ns_config in (in_child(thread_id), latest(thread_id)):
+            head = late.get_tuple(ns_config)
+            assert DELETED not in repr(head), head
+            assert repr(head) == repr(truth.get_tuple(ns_config))
+        held = redis_hash(late, thread_id)
+        assert not any(DELETED.encode() in value for value in held.values()), held
+
+
 # ------------------------------------------------ delete_thread
 
 
