@@ -158,6 +158,7 @@ CASES = {
     "get_tuple latest": (sql.GET_TUPLE_LATEST, HEAD),
     "get_tuple by id": (sql.GET_TUPLE_BY_ID, {**HEAD, "checkpoint_id": "00010000"}),
     "get_tuple latest, touching the thread": (sql.TOUCH_THREAD + sql.GET_TUPLE_LATEST, HEAD),
+    "get_tuple latest, refilling the hot head": (sql.GET_TUPLE_LATEST_FOR_HEAD, HEAD),
     "list page in a namespace": (LIST_IN_NAMESPACE, PAGE),
     "list page across namespaces": (LIST_IN_THREAD, PAGE),
     "value chains": (sql.VALUE_CHAINS, KEYS),
