@@ -356,7 +356,8 @@ return 1
 # After a put committed. ARGV: ttl, ns, the thread's deletion epoch the put saw,
 # id, head, cv, writes Postgres already held for this checkpoint when the put ran
 # (packed list of slots), then the put's value rows as channel, version, base, row.
-# Reply: 1 advanced, 0 nothing to advance (no head, or a newer one), -1 dropped.
+# Reply: 1 advanced, 0 nothing to advance (no head, or a newer one), -1 dropped
+# (what the put follows could not be proven, or the hash was of another epoch).
 ADVANCE = (
     _COMMON
     + r"""
@@ -444,7 +445,7 @@ return 1
 # statement saw, checkpoint id, then slot, write,
 # replace (1 for special channels, whose last write wins) per write.
 # Reply: 1 merged into the head, 2 stashed for a coming put, 0 not the head,
-# -1 dropped (the head's writes did not decode).
+# -1 dropped (the head's writes did not decode, or the hash was of another epoch).
 ADD_WRITES = (
     _COMMON
     + r"""
