@@ -128,7 +128,10 @@ def schema_errors() -> Iterator[None]:
 
 # Every request our operations issue is idempotent (upserts, insert-if-absent,
 # deletes), so one retry on a fresh connection after the old one broke (a
-# Postgres restart, a dropped socket) cannot apply anything twice.
+# Postgres restart, a dropped socket) cannot apply anything twice. The break
+# may come after the commit, before the reply: a statement that takes something
+# (a tool claim, a run_guard acquire, a run's take) recognises a row held under
+# its own owner as its own success (tests/integration/test_lost_replies.py).
 RETRIES_ON_BROKEN_CONNECTION = 2
 
 

@@ -29,6 +29,7 @@ from langgraph_colosseum._driver import (
     RETRIES_ON_CONFLICT,
     aperform,
     conflict_pause,
+    is_connection_failure,
     perform,
 )
 
@@ -74,6 +75,12 @@ def await_notify(saver: Any, request: AwaitNotify) -> Any:
                 if conflicts > RETRIES_ON_CONFLICT:
                     raise
                 time.sleep(conflict_pause(conflicts))
+            except psycopg.OperationalError as exc:
+                if not is_connection_failure(exc, conn):
+                    raise
+                # LOST_LISTEN: sent again through the pool, which retries on a
+                # fresh connection; the operation waits again after (see above).
+                return saver._perform(request.request)
         if request.done(result) or request.seconds <= 0:
             return result
         for note in conn.notifies(timeout=request.seconds):
@@ -107,6 +114,10 @@ async def aawait_notify(saver: Any, request: AwaitNotify) -> Any:
                 if conflicts > RETRIES_ON_CONFLICT:
                     raise
                 await asyncio.sleep(conflict_pause(conflicts))
+            except psycopg.OperationalError as exc:
+                if not is_connection_failure(exc, conn):
+                    raise
+                return await saver._perform(request.request)  # see LOST_LISTEN
         if request.done(result) or request.seconds <= 0:
             return result
         async for note in conn.notifies(timeout=request.seconds):

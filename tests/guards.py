@@ -49,6 +49,7 @@ STATE_VERSIONS_REVIEW = "tests/integration/test_state_versions_review.py"
 ON_CONFLICT = "tests/integration/test_on_conflict.py"
 LEDGER_LIFE = "tests/integration/test_ledger_lifecycle.py"
 LATE_HEADS = "tests/integration/test_late_heads.py"
+LOST_REPLIES = "tests/integration/test_lost_replies.py"
 
 
 @dataclass(frozen=True)
@@ -790,6 +791,51 @@ GUARDS: list[Guard] = [
         tests=(
             f"{LATE_HEADS}::test_a_refill_read_before_a_deletion_never_lands_after_one_read_after_it",
         ),
+    ),
+    Guard(
+        name="lost reply: a retried tool claim recognises its own claim",
+        file="langgraph_colosseum/_core/ledger.py",
+        original="OR (t.status = 'RUNNING' AND t.lease_owner = EXCLUDED.lease_owner)",
+        mutant="",
+        tests=(f"{LOST_REPLIES}::test_a_claim_whose_reply_was_lost_runs_the_tool_once",),
+    ),
+    Guard(
+        name="lost reply: a retried run_guard acquire recognises its own hold",
+        file="langgraph_colosseum/_core/threads.py",
+        original="OR t.run_owner = EXCLUDED.run_owner  -- OWN_ACQUIRE",
+        mutant="",
+        tests=(
+            f"{LOST_REPLIES}::test_a_guard_whose_acquire_reply_was_lost_holds_the_thread",
+            f"{LOST_REPLIES}::test_an_async_guard_whose_acquire_reply_was_lost_holds_the_thread",
+        ),
+    ),
+    Guard(
+        name="lost reply: a retried run TAKE recognises its own take",
+        file="langgraph_colosseum/_core/multitask.py",
+        original="SELECT coalesce((SELECT run_token FROM taken), (SELECT run_token FROM again)),",
+        mutant="SELECT (SELECT run_token FROM taken),",
+        tests=(f"{LOST_REPLIES}::test_a_run_whose_take_reply_was_lost_runs",),
+    ),
+    Guard(
+        name="lost reply: a retried ENQUEUE finds its own row",
+        file="langgraph_colosseum/_core/multitask.py",
+        original="ON CONFLICT (thread_id, run_id) DO NOTHING",
+        mutant="",
+        tests=(f"{LOST_REPLIES}::test_a_run_whose_take_reply_was_lost_runs",),
+    ),
+    Guard(
+        name="lost reply: a retried run FINISH recognises its own end",
+        file="langgraph_colosseum/_core/multitask.py",
+        original="OR coalesce((SELECT status = %(status)s AND stopped_by IS NULL FROM run), false),",
+        mutant=",",
+        tests=(f"{LOST_REPLIES}::test_a_run_whose_finish_reply_was_lost_ends_as_success",),
+    ),
+    Guard(
+        name="lost reply: a queued run's TAKE on a broken LISTEN connection is retried",
+        file="langgraph_colosseum/_notify.py",
+        original="return saver._perform(request.request)",
+        mutant="raise",
+        tests=(f"{LOST_REPLIES}::test_a_run_whose_take_reply_was_lost_runs",),
     ),
 ]
 

@@ -71,6 +71,10 @@ OnFailed = Literal["raise", "retry"]
 # deleted. The claim is sent after the thread's write lock (see
 # sql.WRITE_LOCK, `claim_request`), so a deletion in flight is waited for and
 # then seen.
+# A claim is retried on a fresh connection when the old one broke (_driver.py),
+# possibly after it committed: its owner is unique to this call, so a row that
+# is RUNNING under it is its own earlier success (OWN_CLAIM), taken again under
+# the row lock (a takeover meanwhile changed the owner) and not a new attempt.
 CLAIM = """
 WITH deleted AS (
     SELECT d.checkpoint_id
@@ -93,12 +97,15 @@ claim AS (
            now() + make_interval(secs => %(lease)s), now()
     WHERE NOT EXISTS (SELECT 1 FROM deleted)
     ON CONFLICT (idempotency_key) DO UPDATE
-    SET status = 'RUNNING', attempts = t.attempts + 1, lease_owner = EXCLUDED.lease_owner,
+    SET status = 'RUNNING', lease_owner = EXCLUDED.lease_owner,
+        attempts = t.attempts + (t.lease_owner IS DISTINCT FROM EXCLUDED.lease_owner)::int,
         lease_until = EXCLUDED.lease_until, started_at = now(), error = NULL,
         completed_at = NULL
     WHERE (t.status IN ('RUNNING', 'TIMED_OUT', 'PENDING') AND t.lease_until < now()
            AND %(retry_unknown)s)
        OR (t.status = 'FAILED' AND %(retry_failed)s)
+       -- OWN_CLAIM: this very claim, sent again after the reply of its commit was lost
+       OR (t.status = 'RUNNING' AND t.lease_owner = EXCLUDED.lease_owner)
     RETURNING t.attempts
 )
 SELECT true, NULL, NULL, NULL, NULL, NULL, NULL, attempts FROM claim

@@ -67,10 +67,12 @@ LEASE_LAPSED = (
 )
 QUEUE_LAPSED = "its process stopped renewing its place in the queue (it died); it never ran"
 
+# A retry after a lost reply (see TAKE) finds its own row: nothing to add.
 ENQUEUE = """
 INSERT INTO colosseum_runs (thread_id, run_id, strategy, status, holder, lease_until)
 VALUES (%(thread_id)s, %(run_id)s, 'enqueue', 'pending', %(holder)s,
         now() + make_interval(secs => %(lease)s))
+ON CONFLICT (thread_id, run_id) DO NOTHING
 """
 
 ENSURE_THREAD = """
@@ -88,7 +90,14 @@ LOCK_THREAD = "SELECT 1 FROM colosseum_threads WHERE thread_id = %(thread_id)s F
 # Under LOCK_THREAD: take the thread when this run may, mark the run it took it
 # from (stopped while live, abandoned when its lease had lapsed), record this
 # run as running; else renew a queued run's place. Returns (token or NULL, the
-# run stopped, its new status, this run's status before).
+# run stopped, its new status, this run's status before, whether this run had
+# taken the thread already).
+#
+# `again`: a TAKE is sent again on a fresh connection when the old one broke
+# (_driver.py), possibly after it committed. The retry then finds this run
+# running and holding the thread with the token it recorded: its own earlier
+# success, whose token it returns (without it the run waited for itself, or
+# was refused as busy, and the thread stayed held until its lease lapsed).
 TAKE = """
 WITH thread AS (
     SELECT run_owner, run_token, run_lease_until, metadata FROM colosseum_threads
@@ -104,6 +113,11 @@ ahead AS (
       AND r.run_id <> %(run_id)s
       AND r.seq < coalesce((SELECT seq FROM me), 9223372036854775807)
     LIMIT 1
+),
+again AS (
+    SELECT thread.run_token FROM thread, colosseum_runs r
+    WHERE thread.run_owner = %(run_id)s AND r.thread_id = %(thread_id)s
+      AND r.run_id = %(run_id)s AND r.status = 'running' AND r.token = thread.run_token
 ),
 go AS (
     SELECT 1 FROM thread
@@ -145,8 +159,9 @@ waiting AS (
     WHERE thread_id = %(thread_id)s AND run_id = %(run_id)s AND status = 'pending'
       AND NOT EXISTS (SELECT 1 FROM go)
 )
-SELECT (SELECT run_token FROM taken), (SELECT run_id FROM stopped),
-       (SELECT status FROM stopped), (SELECT status FROM me)
+SELECT coalesce((SELECT run_token FROM taken), (SELECT run_token FROM again)),
+       (SELECT run_id FROM stopped), (SELECT status FROM stopped), (SELECT status FROM me),
+       EXISTS (SELECT 1 FROM again)
 """
 
 # After delete_for_runs removed the stopped run's rows: the registry metadata
@@ -200,7 +215,9 @@ WHERE thread_id = %(thread_id)s AND run_id = %(run_id)s AND status = 'pending'
 
 # The run ends: only while it is still running (a run stopped meanwhile stays
 # stopped; its caller is told), or when only the lease sweep marked it and it
-# still owns the thread with its token (it was slow, nobody took over).
+# still owns the thread with its token (it was slow, nobody took over). A
+# FINISH sent again after its reply was lost (see TAKE) finds the run ended as
+# it asked and stopped by nobody (every stop records who): its own success.
 FINISH = """
 WITH run AS (
     SELECT status, stopped_by FROM colosseum_runs
@@ -217,7 +234,9 @@ mine AS (
                      AND t.run_token = %(token)s)))
     RETURNING 1
 )
-SELECT EXISTS (SELECT 1 FROM mine), (SELECT status FROM run), (SELECT stopped_by FROM run),
+SELECT EXISTS (SELECT 1 FROM mine)
+       OR coalesce((SELECT status = %(status)s AND stopped_by IS NULL FROM run), false),
+       (SELECT status FROM run), (SELECT stopped_by FROM run),
        pg_notify(%(channel)s, %(thread_id)s)
 """
 
@@ -311,7 +330,7 @@ def _decided(result: Any) -> bool:
     """A TAKE after which a queued run waits no more: it took the thread, or it
     was stopped meanwhile (cancelled, given up by the sweep). The NOTIFY of a
     cancel may have come before this wait's LISTEN: it is not waited for."""
-    token, _, _, my_status = result[-1][0]
+    token, _, _, my_status, _ = result[-1][0]
     return token is not None or my_status not in (None, "pending")
 
 
@@ -363,7 +382,7 @@ def start(
             result = yield AwaitNotify(CHANNEL, thread_id, take, _decided, wait)
         else:
             result = yield take
-        token, stopped, _, my_status = result[-1][0]
+        token, stopped, _, my_status, again = result[-1][0]
         if token is not None:
             break
         if strategy != "enqueue":
@@ -399,10 +418,11 @@ def start(
                 Query(FOUND_METADATA, {"thread_id": thread_id, "run_id": run_id}, fetch=False),
             )
         )
-    if due or stopped is not None:
+    if due or stopped is not None or again:
         # The run stopped may have committed its last put and not yet advanced
         # the Redis head (or a rollback stopped midway, its delete and not yet
-        # dropped the head): this run's first read must come from Postgres.
+        # dropped the head): this run's first read must come from Postgres. A
+        # take whose reply was lost (`again`) no longer knows whether it stopped one.
         yield from store._drop_heads([thread_id])
     return int(token)
 
