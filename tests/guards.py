@@ -50,6 +50,7 @@ ON_CONFLICT = "tests/integration/test_on_conflict.py"
 LEDGER_LIFE = "tests/integration/test_ledger_lifecycle.py"
 LATE_HEADS = "tests/integration/test_late_heads.py"
 LOST_REPLIES = "tests/integration/test_lost_replies.py"
+RETENTION = "tests/integration/test_retention.py"
 
 
 @dataclass(frozen=True)
@@ -836,6 +837,23 @@ GUARDS: list[Guard] = [
         original="return saver._perform(request.request)",
         mutant="raise",
         tests=(f"{LOST_REPLIES}::test_a_run_whose_take_reply_was_lost_runs",),
+    ),
+    Guard(
+        name="retention: a read the Redis head serves pushes the expiry back",
+        file="langgraph_colosseum/_core/store.py",
+        original="yield from self._touch_on_hit(thread_id)",
+        mutant="pass",
+        tests=(
+            f"{RETENTION}::test_a_thread_read_only_from_the_redis_head_is_kept",
+            f"{RETENTION}::test_the_bound_a_thread_read_within_0_8_ttl_of_the_sweep_is_kept",
+        ),
+    ),
+    Guard(
+        name="retention: a hit's touch covers the next hits for 0.1 TTL only",
+        file="langgraph_colosseum/_core/expiry.py",
+        original="return at is None or self.clock() - at >= HIT_TOUCH_EVERY * ttl_seconds",
+        mutant="return at is None or self.clock() - at >= ttl_seconds",
+        tests=(f"{RETENTION}::test_the_bound_a_thread_read_within_0_8_ttl_of_the_sweep_is_kept",),
     ),
 ]
 

@@ -784,6 +784,9 @@ WITH touch AS (
     WHERE thread_id = %(thread_id)s AND expires_at < now() + %(ttl)s::interval * 0.9
 )
 """
+# TOUCH_THREAD alone (a read the Redis head served, see expiry.py): a
+# data-modifying WITH runs whether or not the statement reads it.
+TOUCHED = "SELECT NULL"
 
 # Copy every row of a thread; the target keeps whatever it already had. A
 # copied checkpoint is stored again on the target, so it is no longer a deleted

@@ -43,6 +43,7 @@ from langgraph_colosseum._core.crypt import (
     value_aad,
     write_aad,
 )
+from langgraph_colosseum._core.expiry import ReadTouches
 from langgraph_colosseum._core.guard import fence_of
 from langgraph_colosseum._core.hot import CorruptHeadError, HotHead, write_field
 from langgraph_colosseum._core.io import (
@@ -173,6 +174,7 @@ class CheckpointStore:
         self.seeds = ValueMemo(base_cache_bytes)
         self.runs = Runs()  # the LangGraph runs writing through here (see runs.py)
         self.thread_ttl: timedelta | None = None  # set by Retention (threads.py)
+        self.read_touches = ReadTouches()  # reads that pushed an expiry back (expiry.py)
         self.hot: HotHead | None = None  # the Redis hot head, when a cache is configured
         self.recorded_stale = False  # this process recorded heads Redis refused (see below)
         self.unreadable_rows = UnreadableRows()  # registry rows `threads.search` skipped
@@ -248,6 +250,8 @@ class CheckpointStore:
             if hit:
                 if self.on_conflict:
                     self._note_read(config, thread_id, checkpoint_ns, checkpoint_id, found, claim)
+                if found is not None and self.thread_ttl is not None:
+                    yield from self._touch_on_hit(thread_id)
                 return found
             if checkpoint_id:
                 seq = None  # only the latest checkpoint is ever refilled
@@ -263,6 +267,7 @@ class CheckpointStore:
         # With a retention policy, reading a thread also pushes its expiry back.
         touch = sql.TOUCH_THREAD if self.thread_ttl is not None else ""
         epoch = 0
+        started = self.read_touches.clock()
         if checkpoint_id:
             rows = yield Query(
                 touch + sql.GET_TUPLE_BY_ID,
@@ -277,6 +282,8 @@ class CheckpointStore:
             rows = [tuple(latest)] if latest[0] is not None else []
         else:
             rows = yield Query(touch + sql.GET_TUPLE_LATEST, params, prepare=True)
+        if self.thread_ttl is not None:
+            self.read_touches.record(thread_id, started, self.thread_ttl.total_seconds())
         row = rows[0] if rows else None
         value_rows = parse_value_rows(row[0], row[1], row[_CHECKPOINT_WIDTH:]) if row else []
         result = None
@@ -312,6 +319,18 @@ class CheckpointStore:
                 checkpoint_id=found.checkpoint["id"] if found is not None else None,
                 claim=claim,
             ))  # fmt: skip
+
+    def _touch_on_hit(self, thread_id: str) -> Operation[None]:
+        """A read Redis served pushes the thread's expiry back in Postgres too,
+        at most once per HIT_TOUCH_EVERY of the TTL per process (expiry.py)."""
+        assert self.thread_ttl is not None
+        ttl = self.thread_ttl.total_seconds()
+        if not self.read_touches.due(thread_id, ttl):
+            return
+        started = self.read_touches.clock()
+        params = {"thread_id": thread_id, "ttl": self.thread_ttl}
+        yield Query(sql.TOUCH_THREAD + sql.TOUCHED, params, fetch=False, prepare=True)
+        self.read_touches.record(thread_id, started, ttl)
 
     def _hot_read(
         self,

@@ -147,7 +147,9 @@ LEFT JOIN LATERAL (
 class Retention:
     """How long an idle thread lives, and what `sweep()` does when it expires.
 
-    Every write and every read of a thread pushes its expiry `thread_ttl` ahead.
+    Every write and every `get_tuple` of a thread pushes its expiry `thread_ttl`
+    ahead (reads the Redis head serves too, see expiry.py): a thread last read or
+    written at time t expires between t + 0.8 * thread_ttl and t + thread_ttl.
     `strategy="delete"` removes an expired thread whole (checkpoints, writes,
     tool-ledger rows, registry row); `"keep_latest"` prunes it to its
     `keep_last` (default 1) newest checkpoints per namespace (DeltaChannel-safe,

@@ -1,6 +1,7 @@
 """Retention: expiry pushed by writes and reads, and a sweep that never touches live threads.
 
-Each test runs on Postgres directly and through PgBouncer in transaction mode.
+Each test runs on Postgres directly and through PgBouncer in transaction mode,
+but those of reads the Redis head serves, which run with Redis.
 """
 
 from __future__ import annotations
@@ -15,8 +16,8 @@ import pytest
 from langgraph.checkpoint.base import empty_checkpoint
 
 from langgraph_colosseum import AsyncColosseumSaver, ColosseumSaver, Retention
-from tests.conftest import connection_options, truncate
-from tests.integration.test_drivers import counter_graph, thread
+from tests.conftest import cache_options, connection_options, truncate
+from tests.integration.test_drivers import RoundTripCounter, counter_graph, thread
 
 SHORT = Retention(thread_ttl=timedelta(seconds=1))
 
@@ -177,3 +178,83 @@ def test_keep_last_keeps_that_many_checkpoints(pg_url: str, via: tuple[str, dict
         assert [s.values for s in kept] == [s.values for s in history[:4]]
     with pytest.raises(ValueError, match="keep_latest"):
         Retention(thread_ttl=timedelta(days=1), keep_last=3)
+
+
+# ------------------------------------------------- reads served by the Redis head
+
+
+def hot_saver(pg_url: str, ttl: timedelta) -> ColosseumSaver:
+    return ColosseumSaver.from_conn_string(
+        pg_url, **cache_options("redis"), retention=Retention(thread_ttl=ttl)
+    )
+
+
+def age(pg_url: str, thread_id: str, seconds: float) -> None:
+    """Move the thread's expiry `seconds` closer, as that much time passing would."""
+    with psycopg.connect(pg_url, autocommit=True) as conn:
+        conn.execute(
+            "UPDATE colosseum_threads SET expires_at = expires_at - make_interval(secs => %s)"
+            " WHERE thread_id = %s",
+            [seconds, thread_id],
+        )
+
+
+def test_a_thread_read_only_from_the_redis_head_is_kept(pg_url: str) -> None:
+    """The README: every read pushes a thread's expiry back, those the Redis head
+    serves too. Its last write was a TTL ago (the expiry reached); a worker whose
+    reads all hit Redis then reads it, and the sweep leaves it alone."""
+    truncate(pg_url)
+    ttl = timedelta(hours=1)
+    with hot_saver(pg_url, ttl) as writer:
+        put_one(writer, "hot-read")
+        writer.get_tuple(thread("hot-read"))  # a miss: fills the Redis head
+    age(pg_url, "hot-read", ttl.total_seconds() + 1)  # expired now
+    with hot_saver(pg_url, ttl) as reader:
+        counter = RoundTripCounter(reader)
+        assert reader.get_tuple(thread("hot-read")) is not None
+        assert len(counter.cache_requests) == 1  # the head came from Redis
+        assert reader.sweep() == 0
+        assert reader.get_tuple(thread("hot-read")) is not None
+        assert reader.threads.get("hot-read") is not None
+
+
+def test_the_bound_a_thread_read_within_0_8_ttl_of_the_sweep_is_kept(pg_url: str) -> None:
+    """The README's bound, at its worst case. Time passes for Postgres (the
+    expiry is moved closer) and for the saver (its clock moved on) alike."""
+    truncate(pg_url)
+    ttl = timedelta(seconds=1000)
+    slack = 5.0  # > the real time this test takes
+    with hot_saver(pg_url, ttl) as writer:
+        put_one(writer, "bound")
+        writer.get_tuple(thread("bound"))  # a miss: fills the Redis head
+    with hot_saver(pg_url, ttl) as reader:
+        now = [0.0]
+        reader._store.read_touches.clock = lambda: now[0]
+
+        def later(seconds: float) -> None:
+            now[0] += seconds
+            age(pg_url, "bound", seconds)
+
+        assert reader.get_tuple(thread("bound")) is not None  # learns the incarnation
+        counter = RoundTripCounter(reader)
+        later(500)  # half the TTL left
+        assert reader.get_tuple(thread("bound")) is not None  # a hit; pushes it back
+        assert len(counter.requests) == 1
+        counter.reset()
+        later(100 - slack)  # just under 0.1 TTL: hits make no Postgres round trip
+        for _ in range(5):
+            assert reader.get_tuple(thread("bound")) is not None
+        assert len(counter.requests) == 0
+        assert len(counter.cache_requests) == 5
+        later(800)  # 0.8 TTL after the last read: kept
+        assert reader.sweep() == 0
+        assert reader.threads.get("bound") is not None
+        counter.reset()
+        later(slack + 1)  # 0.1 TTL since it was pushed: the next hit pushes it again
+        assert reader.get_tuple(thread("bound")) is not None
+        assert len(counter.requests) == 1
+        later(899)
+        assert reader.sweep() == 0
+        later(101 + 1)  # over a TTL after the last read: swept
+        assert reader.sweep() == 1
+        assert reader.get_tuple(thread("bound")) is None
