@@ -818,6 +818,15 @@ GUARDS: list[Guard] = [
         tests=(f"{LOST_REPLIES}::test_a_run_whose_take_reply_was_lost_runs",),
     ),
     Guard(
+        name="lost reply: a retried TAKE drops the thread's Redis heads",
+        file="langgraph_colosseum/_core/multitask.py",
+        original="if due or stopped is not None or again:",
+        mutant="if due or stopped is not None:",
+        tests=(
+            "tests/unit/test_multitask.py::test_a_take_that_finds_its_own_earlier_take_drops_the_heads",
+        ),
+    ),
+    Guard(
         name="lost reply: a retried ENQUEUE finds its own row",
         file="langgraph_colosseum/_core/multitask.py",
         original="ON CONFLICT (thread_id, run_id) DO NOTHING",

@@ -25,9 +25,10 @@ class NoStore:
         yield
 
 
-def take_result(token: int | None, me: str | None = None) -> list[Any]:
-    """What the TAKE transaction answers: (token, stopped, its status, my status)."""
-    return [None, [(1,)], [(token, None, None, me)]]
+def take_result(token: int | None, me: str | None = None, again: bool = False) -> list[Any]:
+    """What the TAKE transaction answers: (token, stopped, its status, my status,
+    whether this run had taken the thread already)."""
+    return [None, [(1,)], [(token, None, None, me, again)]]
 
 
 def drive(op: Any, answers: list[Any]) -> tuple[list[Any], Any]:
@@ -62,6 +63,24 @@ def test_interrupt_and_rollback_take_the_thread_whoever_holds_it() -> None:
         assert token == 7
         assert asked[0].queries[-1].params["steal"] is True
         assert asked[1].sql == multitask.ROLLBACKS_DUE
+
+
+def test_a_take_that_finds_its_own_earlier_take_drops_the_heads() -> None:
+    """A TAKE whose reply was lost, sent again, no longer knows whether it
+    stopped a run whose last put may not have reached the Redis head."""
+
+    class Heads(NoStore):
+        def __init__(self) -> None:
+            self.dropped: list[Any] = []
+
+        def _drop_heads(self, thread_ids: Any) -> Any:
+            self.dropped.append(list(thread_ids))
+            yield from ()
+
+    store = Heads()
+    op = multitask.start(store, "t1", "r1", "reject", "here:1", 30.0, None)
+    _, token = drive(op, [take_result(4, "running", again=True), []])
+    assert token == 4 and store.dropped == [["t1"]]
 
 
 def test_enqueue_records_its_place_then_waits_on_notify() -> None:
