@@ -471,9 +471,7 @@ def _decode_ordered(data: dict, order: list, registry: TypeRegistry) -> dict:
         raise _PathError(CodecError, "the recorded key order does not name the object's keys")
     for key in order:
         if type(key) is not str or key == TAG or key not in data:
-            raise _PathError(
-                CodecError, "the recorded key order does not name the object's keys"
-            )
+            raise _PathError(CodecError, "the recorded key order does not name the object's keys")
     out = {}
     for key in order:
         value = data[key]
