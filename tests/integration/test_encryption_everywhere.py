@@ -12,6 +12,7 @@ from collections import Counter
 import psycopg
 import pytest
 from langchain_core.messages import HumanMessage
+from langgraph.checkpoint.base import empty_checkpoint
 
 from langgraph_colosseum import ColosseumSaver, CorruptRowError, EncryptedFieldError, Encryption
 from tests.conftest import CACHE_MODES, cache_options, flush_cache, truncate
@@ -550,6 +551,8 @@ def test_a_failed_runs_record_keeps_no_plaintext_message(pg_url: str, mode: str)
     builder.add_node("fail", fail)
     builder.add_edge(START, "fail")
     with open_saver(pg_url, mode, searchable()) as saver:
+        # threads.update sets metadata on a thread that exists (a put made it).
+        saver.put({"configurable": {"thread_id": "run-fail"}}, empty_checkpoint(), {"step": -1}, {})
         saver.threads.update("run-fail", metadata={"team": SECRET})
         runs = saver.runs(builder.compile(checkpointer=saver))
         with pytest.raises(ValueError, match=SECRET):
