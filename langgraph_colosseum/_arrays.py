@@ -34,12 +34,28 @@ _TEXT, _BYTEA, _INT8_OID = (postgres.types[name].oid for name in ("text", "bytea
 
 
 class _ArrayDumper(Dumper):
+    """One pass over the items; each subclass says how one non-NULL item is sent."""
+
     format = Format.BINARY
     element_oid: int
 
-    def _array(self, items: list[Any], dumped: list[bytes], has_null: int) -> bytes:
-        dumped[0] = _HEAD(1, has_null, self.element_oid, len(items), 1)
+    def dump(self, obj: list[Any]) -> bytes:
+        if not obj:
+            return _EMPTY(0, 0, self.element_oid)
+        item_bytes = self._item
+        dumped = [b""]
+        has_null = 0
+        for item in obj:
+            if item is None:
+                dumped.append(_NULL)
+                has_null = 1
+            else:
+                dumped.append(item_bytes(item))
+        dumped[0] = _HEAD(1, has_null, self.element_oid, len(obj), 1)
         return b"".join(dumped)
+
+    def _item(self, item: Any) -> bytes:
+        raise NotImplementedError
 
 
 class TextArrayDumper(_ArrayDumper):
@@ -52,40 +68,17 @@ class TextArrayDumper(_ArrayDumper):
         encoding = conn_encoding(self.connection)
         self._encoding = encoding if encoding != "ascii" else "utf-8"
 
-    def dump(self, obj: list[str | None]) -> bytes:
-        if not obj:
-            return _EMPTY(0, 0, _TEXT)
-        dumped = [b""]
-        has_null = 0
-        encoding = self._encoding
-        for item in obj:
-            if item is None:
-                dumped.append(_NULL)
-                has_null = 1
-            else:
-                data = item.encode(encoding)
-                dumped.append(_LENGTH(len(data)))
-                dumped.append(data)
-        return self._array(obj, dumped, has_null)
+    def _item(self, item: str) -> bytes:
+        data = item.encode(self._encoding)
+        return _LENGTH(len(data)) + data
 
 
 class BytesArrayDumper(_ArrayDumper):
     oid = postgres.types["bytea"].array_oid
     element_oid = _BYTEA
 
-    def dump(self, obj: list[bytes | None]) -> bytes:
-        if not obj:
-            return _EMPTY(0, 0, _BYTEA)
-        dumped = [b""]
-        has_null = 0
-        for item in obj:
-            if item is None:
-                dumped.append(_NULL)
-                has_null = 1
-            else:
-                dumped.append(_LENGTH(len(item)))
-                dumped.append(bytes(item))
-        return self._array(obj, dumped, has_null)
+    def _item(self, item: bytes) -> bytes:
+        return _LENGTH(len(item)) + bytes(item)
 
 
 class IntArrayDumper(_ArrayDumper):
@@ -95,18 +88,8 @@ class IntArrayDumper(_ArrayDumper):
     oid = postgres.types["int8"].array_oid
     element_oid = _INT8_OID
 
-    def dump(self, obj: list[int | None]) -> bytes:
-        if not obj:
-            return _EMPTY(0, 0, _INT8_OID)
-        dumped = [b""]
-        has_null = 0
-        for item in obj:
-            if item is None:
-                dumped.append(_NULL)
-                has_null = 1
-            else:
-                dumped.append(_INT8(8, item))
-        return self._array(obj, dumped, has_null)
+    def _item(self, item: int) -> bytes:
+        return _INT8(8, item)
 
 
 psycopg.adapters.register_dumper(TextArray, TextArrayDumper)
