@@ -245,3 +245,29 @@ def saver_fixtures(modes: list[str]) -> tuple:
 
 
 saver, asaver = saver_fixtures(CACHE_MODES)
+
+
+@pytest.fixture
+def attempts(monkeypatch: pytest.MonkeyPatch) -> list[dict]:
+    """Every connection attempt's keyword arguments, sync and async alike.
+
+    "Fast" is shown by counting, not timing: a wrong URL is tried once, by the
+    probe, and never handed to a pool that would retry it in the background
+    until its 30 s timeout. The real connect runs; only its calls are recorded.
+    """
+    seen: list[dict] = []
+    real_sync = psycopg.Connection.connect.__func__
+    real_async = psycopg.AsyncConnection.connect.__func__
+
+    def connect(cls, conninfo: str = "", **kwargs):
+        seen.append(kwargs)
+        return real_sync(cls, conninfo, **kwargs)
+
+    async def aconnect(cls, conninfo: str = "", **kwargs):
+        seen.append(kwargs)
+        return await real_async(cls, conninfo, **kwargs)
+
+    monkeypatch.setattr(psycopg.Connection, "connect", classmethod(connect))
+    monkeypatch.setattr(psycopg, "connect", psycopg.Connection.connect)  # an alias bound at import
+    monkeypatch.setattr(psycopg.AsyncConnection, "connect", classmethod(aconnect))
+    return seen

@@ -13,6 +13,7 @@ from __future__ import annotations
 
 import asyncio
 import sys
+import threading
 import time
 from collections.abc import Callable, Mapping, Sequence
 from datetime import timedelta
@@ -82,9 +83,18 @@ def make_tools(
     slow_seconds: float = 0.0,
     hang_seconds: float = 0.0,
     pay_seconds: float = 0.0,
+    slow_until: threading.Event | None = None,
 ) -> dict[str, StructuredTool]:
     """The test tools; sleeping times come from here, never from the tool args
-    (the args are part of the idempotency key and fixed by the checkpointed AIMessage)."""
+    (the args are part of the idempotency key and fixed by the checkpointed AIMessage).
+    With `slow_until`, `slow` returns only once the test sets the event (or
+    after 60 s, so a test whose timeout failed ends instead of hanging)."""
+
+    def slow_wait() -> None:
+        if slow_until is None:
+            time.sleep(slow_seconds)
+        else:
+            slow_until.wait(60)
 
     def pay(tid: str, amount: int) -> str:
         witness(url, tid, "pay", f"paid {amount}")
@@ -98,12 +108,12 @@ def make_tools(
 
     def slow(tid: str) -> str:
         witness(url, tid, "slow", "started")
-        time.sleep(slow_seconds)
+        slow_wait()
         return "slow done"
 
     async def aslow(tid: str) -> str:
         await awitness(url, tid, "slow", "started")
-        await asyncio.sleep(slow_seconds)
+        await asyncio.to_thread(slow_wait)
         return "slow done"
 
     def charge(tid: str) -> str:
