@@ -8,16 +8,21 @@ from __future__ import annotations
 
 import operator
 import threading
+import uuid
 from typing import Annotated, Any
 
 import psycopg
+import pytest
 from langgraph.graph import END, START, StateGraph
 from langgraph.types import Command, interrupt
 from typing_extensions import TypedDict
 
 from langgraph_colosseum import ColosseumSaver
-from langgraph_colosseum.errors import RunRolledBackError
+from langgraph_colosseum._core import multitask
+from langgraph_colosseum._core.io import Query
+from langgraph_colosseum.errors import RunInterruptedError, RunRolledBackError
 from tests.conftest import truncate
+from tests.integration.test_guards import Once, new_thread, worker
 
 WAIT = 60.0
 
@@ -323,3 +328,51 @@ def test_a_rollback_keeps_registry_metadata_set_by_others_meanwhile(pg_url: str)
         assert isinstance(outcome[0], RunRolledBackError), outcome
         metadata = saver.threads.get(thread_id).metadata
         assert "topic" not in metadata and metadata.get("owner") == "bob", metadata
+
+
+@pytest.mark.parametrize("hot", [False, True], ids=["postgres", "redis"])
+@pytest.mark.parametrize(
+    "strategy, told", [("rollback", RunRolledBackError), ("interrupt", RunInterruptedError)]
+)
+def test_the_stopped_runs_caller_is_told_what_stopped_it_whenever_it_is_refused(
+    pg_url: str, hot: bool, strategy: str, told: type
+) -> None:
+    """The stopped run's refused write and its end land between the take and
+    the rollback (the stopper is held right after its take, before it deletes
+    anything or records the run as rolled back). Its caller is told what the
+    strategy does, whatever the order: RunRolledBackError for rollback, and
+    exactly RunInterruptedError for interrupt."""
+    truncate(pg_url)
+    thread_id = new_thread("told")
+    holds = {"qa": (threading.Event(), threading.Event())}
+    config = {"configurable": {"thread_id": thread_id}}
+    first_id = str(uuid.uuid4())
+    with worker(pg_url, hot=hot) as first, worker(pg_url, hot=hot) as second:
+        runs = first.runs(held_graph(first, holds), "reject")
+        runs.invoke({"messages": ["q0"]}, config, durability="sync")
+        outcome: list[Any] = []
+        a = in_thread(
+            lambda: runs.invoke(
+                {"messages": ["qa"]}, {**config, "run_id": first_id}, durability="sync"
+            ),
+            outcome,
+        )
+        assert holds["qa"][0].wait(WAIT)
+
+        def the_stopped_run_ends() -> None:
+            holds["qa"][1].set()
+            a.join(WAIT)
+
+        after_take = Once(
+            lambda r: isinstance(r, Query) and r.sql == multitask.ROLLBACKS_DUE,
+            the_stopped_run_ends,
+        )
+        second.before = after_take
+        result = second.runs(held_graph(second, {}), strategy).invoke({"messages": ["qb"]}, config)
+        assert after_take.fired and not a.is_alive()
+        assert type(outcome[0]) is told, outcome
+        assert outcome[0].stopped_by == second.runs.list(thread_id)[-1].run_id
+        final = {"rollback": "rolled_back", "interrupt": "interrupted"}[strategy]
+        assert second.runs.get(first_id).status == final
+        kept = {"rollback": [], "interrupt": ["qa"]}[strategy]
+        assert result["messages"] == ["q0", "q0:answer", *kept, "qb", "qb:answer"]
