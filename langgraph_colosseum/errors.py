@@ -410,7 +410,7 @@ class RunInterruptedError(ColosseumError):
         self.stopped_by = by
         who = f" by run {by!r}" if by and by != "cancel" else " by saver.runs.cancel" if by else ""
         kept = {
-            "rolled_back": "everything it wrote was deleted (rollback)",
+            "rolled_back": "everything it wrote is deleted by the rollback",
             "interrupted": "its steps stored before the stop are kept; later ones were refused",
         }.get(status, "its lease lapsed and another run took the thread; later writes were refused")
         super().__init__(

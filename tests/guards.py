@@ -442,6 +442,15 @@ GUARDS: list[Guard] = [
         ),
     ),
     Guard(
+        name="runs: the caller of a run stopped by rollback is told so before the rollback is done",
+        file="langgraph_colosseum/_core/multitask.py",
+        original="SELECT CASE WHEN {_ROLLBACK_DUE} THEN 'rolled_back' ELSE r.status END AS status,",
+        mutant="SELECT r.status AS status,",
+        tests=(
+            f"{RUNS_STOPPED}::test_the_stopped_runs_caller_is_told_what_stopped_it_whenever_it_is_refused",
+        ),
+    ),
+    Guard(
         name="rekey: a value row is re-sealed only as it was read (a prune compacts it meanwhile)",
         file="langgraph_colosseum/_core/sql.py",
         original=(

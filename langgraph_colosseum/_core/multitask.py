@@ -186,15 +186,22 @@ FROM run
 WHERE t.thread_id = %(thread_id)s
 """
 
+# A run `r` stopped by a run whose strategy is rollback, not yet rolled back.
+# The take that stopped it recorded the stopper (its strategy with it) in the
+# same transaction, so from that commit on the rollback is decided: whoever
+# holds the thread next finishes it (ROLLBACKS_DUE), and the stopped run's
+# caller is told it was rolled back (FINISH), even before it is done.
+_ROLLBACK_DUE = """r.status IN ('interrupted', 'error') AND EXISTS (
+    SELECT 1 FROM colosseum_runs s
+    WHERE s.thread_id = r.thread_id AND s.run_id = r.stopped_by AND s.strategy = 'rollback')"""
+
 # Runs a rollback stopped whose rows may still be there: the one this run
 # stopped, and those of a rollback that was itself stopped (or died) before it
 # finished deleting. Whoever holds the thread next finishes the job before it
 # reads the state, newest first, so the oldest run's metadata is restored last.
-ROLLBACKS_DUE = """
+ROLLBACKS_DUE = f"""
 SELECT r.run_id FROM colosseum_runs r
-JOIN colosseum_runs s ON s.thread_id = r.thread_id AND s.run_id = r.stopped_by
-WHERE r.thread_id = %(thread_id)s AND r.status IN ('interrupted', 'error')
-  AND s.strategy = 'rollback'
+WHERE r.thread_id = %(thread_id)s AND {_ROLLBACK_DUE}
 ORDER BY r.seq DESC
 """
 
@@ -218,10 +225,14 @@ WHERE thread_id = %(thread_id)s AND run_id = %(run_id)s AND status = 'pending'
 # still owns the thread with its token (it was slow, nobody took over). A
 # FINISH sent again after its reply was lost (see TAKE) finds the run ended as
 # it asked and stopped by nobody (every stop records who): its own success.
-FINISH = """
+# A run whose rollback is due is told `rolled_back`: its refused write can land
+# before the rollback records it so, and its caller must not be told less.
+FINISH = f"""
 WITH run AS (
-    SELECT status, stopped_by FROM colosseum_runs
-    WHERE thread_id = %(thread_id)s AND run_id = %(run_id)s
+    SELECT CASE WHEN {_ROLLBACK_DUE} THEN 'rolled_back' ELSE r.status END AS status,
+           r.stopped_by
+    FROM colosseum_runs r
+    WHERE r.thread_id = %(thread_id)s AND r.run_id = %(run_id)s
 ),
 mine AS (
     UPDATE colosseum_runs r
