@@ -259,12 +259,26 @@ GUARDS: list[Guard] = [
     Guard(
         name="hot head: a write statement's incarnation moves the saver to its keys",
         file="langgraph_colosseum/_core/store.py",
-        original="if incarnation is None or incarnation != self.hot.incarnation:",
-        mutant="if False:",
+        original="        yield from self._learn_incarnation(incarnation, asked_at)\n",
+        mutant="        yield from ()\n",
+        tests=(f"{RECOVERY}::test_crash_recovery_moves_every_worker_to_new_keys",),
+    ),
+    Guard(
+        name="hot head: a hit asks for the incarnation again once the bound has passed",
+        file="langgraph_colosseum/_core/hot.py",
+        original="self.clock() - self.proven_at >= INCARNATION_RECHECK",
+        mutant="False",
         tests=(
-            f"{RECOVERY}::test_crash_recovery_moves_every_worker_to_new_keys",
             f"{RECOVERY}::test_a_promoted_replica_moves_every_worker_to_new_keys",
+            f"{RECOVERY}::test_point_in_time_recovery_moves_every_worker_to_new_keys",
         ),
+    ),
+    Guard(
+        name="hot head: a hit within the bound makes no Postgres round trip",
+        file="langgraph_colosseum/_core/hot.py",
+        original="self.clock() - self.proven_at >= INCARNATION_RECHECK",
+        mutant="True",
+        tests=(f"{RECOVERY}::test_a_promoted_replica_moves_every_worker_to_new_keys",),
     ),
     Guard(
         name="hot head: a head a write could not update is recorded stale in Postgres",
@@ -370,7 +384,11 @@ GUARDS: list[Guard] = [
     Guard(
         name="store hot items: every write drops the copies of the items it wrote",
         file="langgraph_colosseum/_core/memory.py",
-        original="yield from self.heads.after_commit(incarnation, stale, lambda: hot.keys(written))",
+        original=(
+            "yield from self.heads.after_commit(\n"
+            "                incarnation, stale, lambda: hot.keys(written), asked_at\n"
+            "            )"
+        ),
         mutant="pass",
         tests=(f"{STORE_HOT}::test_a_hot_item_written_by_another_process_is_read_fresh",),
     ),

@@ -66,7 +66,9 @@ from __future__ import annotations
 
 import hashlib
 import hmac
-from collections.abc import Iterable, Mapping, Sequence
+import math
+import time
+from collections.abc import Callable, Iterable, Mapping, Sequence
 from datetime import timedelta
 from typing import Any, NamedTuple
 
@@ -78,6 +80,9 @@ from langgraph_colosseum._core.values import StoredValue, ValueRow
 
 KEY_PREFIX = "colosseum:"
 DEFAULT_HOT_TTL = timedelta(hours=1)
+# Seconds a statement's answer proves the database incarnation for the hits
+# after it (see `HotHead.recheck_due`): the README's bound after a recovery.
+INCARNATION_RECHECK = 1.0
 
 
 def write_field(task_id: str, idx: int) -> str:
@@ -556,15 +561,43 @@ class HotHead:
         self.incarnation: str | None = None
         self._tag = ""
         self._secret = b""
+        # When the statement that last proved `incarnation` was sent (clock
+        # seconds; the clock is injectable so tests drive time, not sleep).
+        self.clock: Callable[[], float] = time.monotonic
+        self.proven_at = -math.inf
 
-    def bind(self, incarnation: str) -> bool:
-        """Use the heads of this database incarnation; whether it changed."""
+    def recheck_due(self) -> bool:
+        """Whether a hit must ask Postgres for its incarnation before Redis serves it.
+
+        A hit makes no Postgres round trip, so a worker that lives through a
+        failover, point-in-time recovery or crash recovery and does not write
+        would serve the old incarnation's heads (turns the recovered server
+        lost) for as long as it pleased. Each statement that returns the
+        incarnation proves it from the time it was sent; a hit relies on that
+        for INCARNATION_RECHECK seconds, then asks again (one statement per
+        interval per saver, not per hit). Every statement the old server
+        answered was sent before it stopped answering, so no hit that starts
+        INCARNATION_RECHECK or more after that serves an old head.
+        """
+        return self.incarnation is None or (self.clock() - self.proven_at >= INCARNATION_RECHECK)
+
+    def bind(self, incarnation: str, asked_at: float = -math.inf) -> bool:
+        """Use the heads of this database incarnation, as proven by a statement
+        sent at `asked_at` (this clock's; -inf: unknown); whether it changed.
+
+        A change takes `asked_at` as it is, even when an earlier proof of the
+        other incarnation was later: a reply of the old server handled after
+        one of the new server then moves the saver back only until the next
+        re-check, which is due within the bound (the old server's statements
+        were all sent before it stopped answering)."""
         if incarnation == self.incarnation:
+            self.proven_at = max(self.proven_at, asked_at)
             return False
         secret = incarnation.encode()
         self._tag = hashlib.blake2b(secret, digest_size=8, person=b"colosseum-key").hexdigest()
         self._secret = hashlib.blake2b(secret, digest_size=32, person=b"colosseum-mac").digest()
         self.incarnation = incarnation
+        self.proven_at = asked_at
         return True
 
     def thread_key(self, thread_id: str) -> str:

@@ -387,6 +387,8 @@ class MemoryOps:
         queries += writes
         if not queries:
             return results
+        # When the write that returns the incarnation was sent (store.put's note).
+        asked_at = self.heads.hot.clock() if self.heads is not None and self.heads.hot else 0.0
         if len(queries) == 1:
             rows_per_query = [(yield queries[0])]
         else:
@@ -405,7 +407,9 @@ class MemoryOps:
             ((incarnation, stale),) = rows_per_query[-1]
             hot = self.hot
             assert hot is not None
-            yield from self.heads.after_commit(incarnation, stale, lambda: hot.keys(written))
+            yield from self.heads.after_commit(
+                incarnation, stale, lambda: hot.keys(written), asked_at
+            )
         # An item this batch wrote was just dropped: its refill would be refused.
         dropped = set(written)
         refills = [r for r in refills if (namespace_text(r[0].namespace), r[0].key) not in dropped]

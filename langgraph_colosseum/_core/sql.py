@@ -1241,6 +1241,10 @@ SELECT coalesce((SELECT token FROM made), (SELECT token FROM colosseum_incarnati
 FROM pg_database WHERE datname = current_database()
 """
 
+# The incarnation a hit's re-check asks for (store.bound_incarnation): a read,
+# so it works on a server that takes no writes; NULL makes the caller ensure one.
+CURRENT_INCARNATION = f"SELECT {INCARNATION}"
+
 LIST_STALE_HEADS = f"SELECT {STALE_HEADS}"
 
 RECORD_STALE_HEADS = """

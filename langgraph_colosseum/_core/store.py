@@ -228,7 +228,7 @@ class CheckpointStore:
             raise SchemaVersionError(database_version=version, code_version=schema.LATEST_VERSION)
         # The incarnation token the Redis heads are bound to: made here once.
         if self.hot is not None:
-            yield from self._learn_incarnation(None)
+            yield from self._learn_incarnation(None, -math.inf)
         else:
             yield Query(sql.ENSURE_INCARNATION)
         return version
@@ -239,8 +239,8 @@ class CheckpointStore:
         thread_id, checkpoint_ns = thread_of(config)
         checkpoint_id = checkpoint_id_of(config, thread_id)
         seq = None  # set when the hot head missed and may be refilled from Postgres
-        if self.hot is not None and self.hot.incarnation is None:
-            yield from self._learn_incarnation(None)
+        if self.hot is not None:
+            yield from self.bound_incarnation()
         # Values this process holds decoded (its bases) are copied, not fetched.
         bases = self.bases.of_namespace(thread_id, checkpoint_ns)
         if self.hot is not None:
@@ -705,6 +705,9 @@ class CheckpointStore:
             if run is not None:
                 run.put_sending((thread_id, checkpoint_ns, checkpoint_id))
         here = Where(thread_id, checkpoint_ns, checkpoint_id, "<checkpoint>")
+        # When the statement that returns the incarnation was sent (its first
+        # sending: an earlier time errs towards re-checking, HotHead.recheck_due).
+        asked_at = self.hot.clock() if self.hot is not None else 0.0
         ((missing_bases, inserted, fenced, deleted, writes_before, incarnation, stale, epoch,
           *conflict),) = (
             yield from self._send(run, statement, {**params, **_value_columns(sealed)}, here, "put")
@@ -748,7 +751,7 @@ class CheckpointStore:
             if base is not None and channel in written:
                 self.bases.put((thread_id, checkpoint_ns, channel), base)
         if self.hot is not None:
-            yield from self._check_incarnation(incarnation)
+            yield from self._check_incarnation(incarnation, asked_at)
             yield from self._write_head(thread_id, stale, self.hot.advance(
                 thread_id,
                 checkpoint_ns,
@@ -1104,6 +1107,7 @@ class CheckpointStore:
         run = self.runs.of(config)
         statement = sql.PUT_WRITES_ON_CONFLICT if self.on_conflict else sql.PUT_WRITES
         here = Where(thread_id, checkpoint_ns, checkpoint_id, "<writes>")
+        asked_at = self.hot.clock() if self.hot is not None else 0.0  # as in put
         while True:
             if self.on_conflict:
                 params.update(
@@ -1132,7 +1136,7 @@ class CheckpointStore:
         if run is not None:
             run.writes_stored((thread_id, checkpoint_ns, checkpoint_id))
         if self.hot is not None:
-            yield from self._check_incarnation(incarnation)
+            yield from self._check_incarnation(incarnation, asked_at)
             slots = [
                 (
                     write_field(task_id, idx),
@@ -1387,8 +1391,7 @@ class CheckpointStore:
     def _drop_heads(self, thread_ids: Sequence[str]) -> Operation[None]:
         """After a commit that removed or replaced state: the heads go, whole."""
         if self.hot is not None:
-            if self.hot.incarnation is None:
-                yield from self._learn_incarnation(None)
+            yield from self.bound_incarnation()
             drop = self.hot.drop(thread_ids)
             if (yield drop) is CACHE_UNAVAILABLE:
                 yield from self._record_stale(thread_ids, drop.keys)
@@ -1402,7 +1405,9 @@ class CheckpointStore:
     # * The database changed under the saver (another database on the same
     #   Redis, a recreated or restored one). Keys carry the incarnation, which
     #   the saver learns on its first request and which every write statement
-    #   returns: a change moves the saver to the new incarnation's keys.
+    #   returns: a change moves the saver to the new incarnation's keys. A hit
+    #   relies on the last such answer for INCARNATION_RECHECK seconds, then
+    #   asks again (HotHead.recheck_due), so a saver that only reads moves too.
     # * A write committed but Redis refused to update or drop its head. The
     #   head is recorded in colosseum_stale_heads, where every worker sees it;
     #   each write statement returns a few, and the writer drops them (and
@@ -1410,14 +1415,16 @@ class CheckpointStore:
     #   does the same as it closes. Until then the head expires `hot_ttl`
     #   after its last write: reads never extend it.
 
-    def _learn_incarnation(self, seen: str | None) -> Operation[None]:
-        """Use the heads of the incarnation a statement returned (None: the
-        token is gone, after a recovery that emptied UNLOGGED tables; make one)."""
+    def _learn_incarnation(self, seen: str | None, asked_at: float) -> Operation[None]:
+        """Use the heads of the incarnation a statement sent at `asked_at` (the
+        hot head's clock) returned (None: the token is gone, after a recovery
+        that emptied UNLOGGED tables; make one)."""
         assert self.hot is not None
         while seen is None:
+            asked_at = self.hot.clock()
             ((seen,),) = yield Query(sql.ENSURE_INCARNATION)
         previous = self.hot.incarnation
-        if self.hot.bind(seen) and previous is not None:
+        if self.hot.bind(seen, asked_at) and previous is not None:
             logger.warning(
                 "the database behind this saver is another incarnation than before "
                 "(recreated or restored); Redis heads of the old one are no longer used"
@@ -1428,14 +1435,14 @@ class CheckpointStore:
         """Ask Postgres which incarnation it is (making its token if none); bind to it."""
         if self.hot is None:
             return None
-        yield from self._learn_incarnation(None)
+        yield from self._learn_incarnation(None, -math.inf)
         return self.hot.incarnation
 
-    def _check_incarnation(self, incarnation: str | None) -> Operation[None]:
-        """The incarnation a write statement returned: before this write touches Redis."""
+    def _check_incarnation(self, incarnation: str | None, asked_at: float) -> Operation[None]:
+        """The incarnation a write statement sent at `asked_at` returned: before
+        this write touches Redis. It proves the incarnation for later hits too."""
         assert self.hot is not None
-        if incarnation is None or incarnation != self.hot.incarnation:
-            yield from self._learn_incarnation(incarnation)
+        yield from self._learn_incarnation(incarnation, asked_at)
 
     def _write_head(
         self, thread_id: str, stale: list[list[str]], call: CacheCall
@@ -1491,23 +1498,27 @@ class CheckpointStore:
     # binding: Redis keys other than threads', dropped after a commit.
 
     def bound_incarnation(self) -> Operation[None]:
-        """Learn the incarnation once, before the first key is made."""
+        """Before a read (or a drop) makes a key: learn the incarnation, or ask
+        again when the last proof is older than the bound (HotHead.recheck_due)."""
         assert self.hot is not None
-        if self.hot.incarnation is None:
-            yield from self._learn_incarnation(None)
+        if self.hot.recheck_due():
+            asked_at = self.hot.clock()
+            ((seen,),) = yield Query(sql.CURRENT_INCARNATION, prepare=True)
+            yield from self._learn_incarnation(seen, asked_at)
 
     def after_commit(
         self,
         incarnation: str | None,
         stale: list[list[str]],
         make_keys: Callable[[], Sequence[str]],
+        asked_at: float,
     ) -> Operation[None]:
-        """After a Store write committed (its statement returned `incarnation` and
-        a page of `stale` heads): drop the keys `make_keys` gives once bound to
-        that incarnation; a drop Redis refused is recorded stale (each key its
-        own name)."""
+        """After a Store write sent at `asked_at` committed (its statement
+        returned `incarnation` and a page of `stale` heads): drop the keys
+        `make_keys` gives once bound to that incarnation; a drop Redis refused
+        is recorded stale (each key its own name)."""
         assert self.hot is not None
-        yield from self._check_incarnation(incarnation)
+        yield from self._check_incarnation(incarnation, asked_at)
         keys = make_keys()
         if (yield CacheDrop(tuple(keys))) is CACHE_UNAVAILABLE:
             yield from self._record_stale(keys, keys)

@@ -71,7 +71,18 @@ def worker(pg_url: str, client: Any, **options: Any) -> Iterator[ColosseumSaver]
         max_size=4,
         kwargs={"autocommit": True, "cursor_factory": CountingCursor},
     ) as pool:
-        yield ColosseumSaver(pool, cache=client, cache_prefix=prefix, **options)
+        saver = ColosseumSaver(pool, cache=client, cache_prefix=prefix, **options)
+        # Time stands still for its incarnation re-check: the statement counts
+        # here are exact, and test_recovery moves this clock itself.
+        set_recheck_clock(saver, 0.0)
+        yield saver
+
+
+def set_recheck_clock(saver: Any, now: float) -> None:
+    """Stop the clock the saver's hot head re-checks its database incarnation
+    by (HotHead.recheck_due) at `now`."""
+    assert saver._store.hot is not None
+    saver._store.hot.clock = lambda: now
 
 
 @pytest.fixture

@@ -4,7 +4,9 @@ Each gives the database a new incarnation, because each empties the UNLOGGED
 token table, and so new Redis keys (README, Backup): a head the old server's
 workers left in Redis, even one holding turns the recovered server lost, is
 not served by a worker started after the recovery, nor by one that lived
-through it once it has written. Each test runs its own PostgreSQL 15
+through it once it has written or, if it has not, once its incarnation
+re-check is due (INCARNATION_RECHECK seconds after the last statement the old
+server answered, on the saver's clock, which the tests drive). Each test runs its own PostgreSQL 15
 cluster (tests/integration/pg_servers.py) in front of the shared Redis, under
 the suite's key prefix, and checks what a user relies on:
 
@@ -12,6 +14,9 @@ the suite's key prefix, and checks what a user relies on:
   from before, serves exactly what Postgres now holds (by repr, against a
   saver without Redis), from Redis once it has refilled it;
 * the thread's head key changed;
+* a worker that lived through the recovery and has not written since serves
+  its hits from Redis alone until its re-check is due, and from then on (no
+  write needed) serves what Postgres holds;
 * a worker that lived through the recovery moves to the new keys at its next
   write, and from then on serves what Postgres holds too.
 """
@@ -26,6 +31,7 @@ import pytest
 import redis
 
 from langgraph_colosseum import ColosseumSaver
+from langgraph_colosseum._core.hot import INCARNATION_RECHECK
 from tests.integration.pg_servers import (
     PostgresCluster,
     give,
@@ -33,7 +39,14 @@ from tests.integration.pg_servers import (
     private_directory,
     remove,
 )
-from tests.integration.test_cache import CountingCursor, chat_graph, say, thread, worker
+from tests.integration.test_cache import (
+    CountingCursor,
+    chat_graph,
+    say,
+    set_recheck_clock,
+    thread,
+    worker,
+)
 from tests.integration.test_hot_truth import head_key
 
 
@@ -118,12 +131,26 @@ def check_recovered(
     """After a recovery that kept `kept` turns of t1 (the head at `old_key` may
     hold more): the invariants of the module docstring. `live_writes_first`:
     the worker that lived through it writes before any other worker comes,
-    so its write statement finds the token gone and it makes the new one."""
+    so its write statement finds the token gone and it makes the new one;
+    else it reads first, and its re-check makes the token. The live worker's
+    clock stood at 0 for every statement it sent to the old server."""
     assert shared_client.exists(old_key), "the old head is still in Redis"
     with (
         ColosseumSaver.from_conn_string(url, pool_size=1) as truth,
         worker(url, shared_client) as restarted,
     ):
+        if not live_writes_first:
+            # The bound's window: just short of the re-check, a hit of the
+            # worker that lived through it makes no Postgres round trip...
+            set_recheck_clock(live, INCARNATION_RECHECK - 0.001)
+            sent = CountingCursor.statements
+            turns(live)
+            assert CountingCursor.statements == sent, "a hit within the bound is Redis-only"
+            assert head_key(live, "t1") == old_key
+            # ...and once it is due, without a write, it serves what Postgres holds.
+            set_recheck_clock(live, INCARNATION_RECHECK)
+            serves_what_postgres_holds(live, truth)
+            assert head_key(live, "t1") != old_key
         # A worker that lived through it moves over at its next write.
         if live_writes_first:
             chat_graph(live).invoke(say("after"), thread("other"))

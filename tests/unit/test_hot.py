@@ -4,11 +4,23 @@ from __future__ import annotations
 
 import fnmatch
 from datetime import timedelta
+from typing import Any
 
 import pytest
+from langgraph.checkpoint.serde.jsonplus import JsonPlusSerializer
 
 from langgraph_colosseum._core import sql
-from langgraph_colosseum._core.hot import CorruptHeadError, HotHead, flat_versions, write_field
+from langgraph_colosseum._core.codec import default_registry
+from langgraph_colosseum._core.hot import (
+    INCARNATION_RECHECK,
+    CorruptHeadError,
+    HotHead,
+    flat_versions,
+    write_field,
+)
+from langgraph_colosseum._core.io import CacheCall, Query
+from langgraph_colosseum._core.store import CheckpointStore
+from langgraph_colosseum._core.values import ValueCodec
 
 
 def test_a_write_slot_is_spelled_as_the_put_statement_spells_it() -> None:
@@ -105,3 +117,47 @@ def test_a_head_that_is_not_what_it_claims_is_corrupt() -> None:
         hot.parse_read("t", "ns", versions)
     with pytest.raises(CorruptHeadError):
         hot.parse_read("t", "ns", [b"9", b"garbage", b"", [], []])
+
+
+def test_a_hit_asks_for_the_incarnation_again_once_the_bound_has_passed() -> None:
+    """README, Backup: a worker that lives through a recovery and does not write
+    serves no head of the old incarnation to a read that starts
+    INCARNATION_RECHECK seconds or more after the old server answered its last
+    statement. Each statement that returned the incarnation proves it from
+    the time it was sent; a hit within the bound sends nothing to Postgres."""
+    store = CheckpointStore(ValueCodec(JsonPlusSerializer(), default_registry(), None))
+    store.hot = hot = HotHead(timedelta(seconds=5))
+    now = [0.0]
+    hot.clock = lambda: now[0]
+    config = {"configurable": {"thread_id": "t1"}}
+
+    def first_request(answer: str | None = None) -> Any:
+        """What a get_tuple sends first; when it asks for the incarnation, the
+        Redis read it then sends (the server answering `answer`)."""
+        op = store.get_tuple(config)
+        request = next(op)
+        if isinstance(request, Query):
+            assert request.sql == sql.CURRENT_INCARNATION
+            read = op.send([(answer,)])
+            assert isinstance(read, CacheCall) and read.key == hot.thread_key("t1")
+        op.close()
+        return request
+
+    assert isinstance(first_request("old.1.2"), Query)  # the first read learns it
+    old_key = hot.thread_key("t1")
+    now[0] = INCARNATION_RECHECK - 0.001
+    assert isinstance(first_request(), CacheCall), "within the bound: Redis alone"
+    now[0] = INCARNATION_RECHECK
+    assert isinstance(first_request("new.1.2"), Query), "the bound passed: asked again"
+    assert hot.thread_key("t1") != old_key
+    # A reply of the old server handled late (sent at 0.5, before it stopped)
+    # moves the saver back, proven only from when it was sent.
+    assert hot.bind("old.1.2", 0.5)
+    now[0] = 0.5 + INCARNATION_RECHECK - 0.001
+    assert isinstance(first_request(), CacheCall)
+    now[0] = 0.5 + INCARNATION_RECHECK
+    assert isinstance(first_request("new.1.2"), Query)
+    # A write's statement proves the same incarnation again from its sending.
+    assert not hot.bind("new.1.2", 10.0)
+    now[0] = 10.0 + INCARNATION_RECHECK - 0.001
+    assert isinstance(first_request(), CacheCall)
