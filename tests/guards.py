@@ -64,6 +64,16 @@ class Guard:
 
 GUARDS: list[Guard] = [
     Guard(
+        name="deleted stays deleted: a run's writes count as made at its first read",
+        file="langgraph_colosseum/_core/store.py",
+        original="            run.note_start(uuid6_now())",
+        mutant="            pass",
+        tests=(
+            f"{DELETED}::test_delete_thread_in_a_node_sync",
+            f"{DELETED}::test_delete_thread_in_a_node_async",
+        ),
+    ),
+    Guard(
         name="hot head: an older advance never replaces a newer head",
         file="langgraph_colosseum/_core/hot.py",
         original="if id < current then bump() return 0 end  -- a slower worker: the head is already newer",

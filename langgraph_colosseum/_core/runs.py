@@ -14,7 +14,10 @@ one per run, and its subgraphs share it). So, per run, this process keeps:
   succeed; when the run dies, those writes are deleted (`sql.BURY_ORPHAN_WRITES`)
   once its writes in flight (`inflight`) have landed;
 * `claims`: the tool calls it claimed for such checkpoints (IdempotentToolNode),
-  deleted likewise when its thread was deleted (`sql.BURY_ORPHAN_CLAIMS`).
+  deleted likewise when its thread was deleted (`sql.BURY_ORPHAN_CLAIMS`);
+* `started`: when its first read was sent; its writes count as made then
+  against a deletion of their thread (a run that read the thread before it was
+  deleted never writes it back, whatever its durability).
 
 * with `on_conflict="raise"` (see sql._OPTIMISTIC): the run's token (`writer`,
   the claim its writes leave), how its first read of each (thread, namespace)
@@ -73,6 +76,27 @@ class RunWrites:
         self.refusal: Callable[[], Exception] | None = None
         # tool calls it claimed (IdempotentToolNode) for checkpoints not yet stored
         self.claims: set[tuple[str, str, str, str]] = set()
+        # When its first read was sent, as a uuid6 timestamp (store.uuid6_now):
+        # its writes count as made then against a deletion of the thread
+        # (sql._DELETED). With durability="exit" the run stores nothing before
+        # its end, and its one put names no stored checkpoint a deletion could
+        # have recorded: only this says the run read the thread before it went.
+        self.started: str | None = None
+
+    def note_start(self, at: str) -> None:
+        """The run sends a read at `at`; only its first counts."""
+        with self._lock:
+            if self.started is None:
+                self.started = at
+
+    def made_at(self, created: str | None) -> str | None:
+        """When a write of this run, to a checkpoint created at `created`, counts as
+        made: the run's first read when that came earlier (or is all there is)."""
+        with self._lock:
+            started = self.started
+        if started is None or (created is not None and created < started):
+            return created
+        return started
 
     def note_read(self, thread_id: str, checkpoint_ns: str, read: Read) -> None:
         """Only the first read counts: it is the loop's own load of its

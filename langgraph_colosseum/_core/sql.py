@@ -223,9 +223,10 @@ ARRAY(SELECT ARRAY[s.thread_id, s.head_key, s.recorded_at::text]
 
 # Deleted stays deleted. A write is refused when a checkpoint of its
 # `lineage` is recorded as deleted (colosseum_tombstones), when its own
-# checkpoint was created before its thread was deleted (a LangGraph checkpoint
-# id begins with its creation time; `created` is that time, see
-# store.uuid6_time), or (a put) when its run was deleted. A checkpoint that was
+# checkpoint was created, or its run first read the thread, before its thread
+# was deleted (a LangGraph checkpoint id begins with its creation time;
+# `created` is that time or the run's first read, whichever came first, see
+# store._made_at), or (a put) when its run was deleted. A checkpoint that was
 # never stored is not a deleted one: LangGraph sends a step's writes before its
 # checkpoint's put, and a put may name a parent this saver never saw.
 #

@@ -10,6 +10,7 @@ import copy
 import logging
 import math
 import random
+import time
 from collections.abc import Callable, Iterator, Mapping, Sequence
 from datetime import timedelta
 from typing import Any
@@ -238,6 +239,9 @@ class CheckpointStore:
     def get_tuple(self, config: RunnableConfig) -> Operation[CheckpointTuple | None]:
         thread_id, checkpoint_ns = thread_of(config)
         checkpoint_id = checkpoint_id_of(config, thread_id)
+        run = self.runs.of(config)
+        if run is not None:
+            run.note_start(uuid6_now())  # before the read is sent: see RunWrites.started
         seq = None  # set when the hot head missed and may be refilled from Postgres
         if self.hot is not None:
             yield from self.bound_incarnation()
@@ -689,7 +693,6 @@ class CheckpointStore:
             "checkpoint": document,
             "metadata": metadata_text,
             "parents": _parents(metadata.get("parents")),
-            "created": uuid6_time(checkpoint_id),
             "channels": TextArray(new_versions),
             "versions": TextArray([str(v) for v in new_versions.values()]),
             **self._registry_params(
@@ -698,6 +701,7 @@ class CheckpointStore:
         }
         sealed = self._seal_values(thread_id, checkpoint_ns, new_versions, planned)
         run = self.runs.of(config)
+        params["created"] = _made_at(run, checkpoint_id)
         statement = sql.PUT
         if self.on_conflict:
             statement = sql.PUT_ON_CONFLICT
@@ -1100,11 +1104,11 @@ class CheckpointStore:
             "state_version": None if self.versions is None else self.versions.version,
             # A subgraph's writes name the checkpoints of the enclosing namespaces.
             "parents": _parents((config.get("configurable") or {}).get("checkpoint_map")),
-            "created": uuid6_time(checkpoint_id),
             "status": _status_of_writes(checkpoint_ns, [channel for channel, _ in writes]),
             **columns(stored),
         }
         run = self.runs.of(config)
+        params["created"] = _made_at(run, checkpoint_id)
         statement = sql.PUT_WRITES_ON_CONFLICT if self.on_conflict else sql.PUT_WRITES
         here = Where(thread_id, checkpoint_ns, checkpoint_id, "<writes>")
         asked_at = self.hot.clock() if self.hot is not None else 0.0  # as in put
@@ -2002,6 +2006,22 @@ def uuid6_time(checkpoint_id: str) -> str | None:
         return None
     digits = checkpoint_id[:8] + checkpoint_id[9:13] + checkpoint_id[15:18]
     return digits.lower() if all(c in "0123456789abcdefABCDEF" for c in digits) else None
+
+
+def uuid6_now() -> str:
+    """Now, as `uuid6_time` spells a checkpoint id's timestamp."""
+    return f"{time.time_ns() // 100 + _UUID6_EPOCH_TICKS:015x}"
+
+
+# 100 ns ticks from 1582-10-15 (uuid6's epoch) to 1970-01-01.
+_UUID6_EPOCH_TICKS = 122_192_928_000_000_000
+
+
+def _made_at(run: RunWrites | None, checkpoint_id: str) -> str | None:
+    """When a write to `checkpoint_id` counts as made against a deletion of its
+    thread (sql._DELETED): its checkpoint's creation, or its run's first read."""
+    created = uuid6_time(checkpoint_id)
+    return run.made_at(created) if run is not None else created
 
 
 def _parents(checkpoint_map: Any) -> str:

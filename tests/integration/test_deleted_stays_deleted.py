@@ -165,8 +165,11 @@ def first_input(tid: str) -> dict:
 # ================================================== delete_thread from a node
 
 
-@pytest.mark.parametrize("durability", ["async", "sync"])
+@pytest.mark.parametrize("durability", ["async", "sync", "exit"])
 def test_delete_thread_in_a_node_sync(saver: ColosseumSaver, pg_url: str, durability: str) -> None:
+    """With "exit", nothing of the run is stored before the deletion: its one put,
+    at the end, continues from no stored checkpoint, and is refused because the
+    run read the thread (its first read) before the thread was deleted."""
     tid = f"gdpr-{uuid.uuid4().hex[:8]}"
 
     def purge(state: Chat) -> dict:
@@ -185,7 +188,10 @@ def test_delete_thread_in_a_node_sync(saver: ColosseumSaver, pg_url: str, durabi
     assert_fresh_start(chat_graph(saver, lambda s: {}), saver, tid, pg_url)
 
 
-async def test_delete_thread_in_a_node_async(asaver: AsyncColosseumSaver, pg_url: str) -> None:
+@pytest.mark.parametrize("durability", ["async", "exit"])
+async def test_delete_thread_in_a_node_async(
+    asaver: AsyncColosseumSaver, pg_url: str, durability: str
+) -> None:
     tid = f"agdpr-{uuid.uuid4().hex[:8]}"
 
     async def purge(state: Chat) -> dict:
@@ -194,7 +200,7 @@ async def test_delete_thread_in_a_node_async(asaver: AsyncColosseumSaver, pg_url
 
     graph = chat_graph(asaver, purge)
     with pytest.raises(CheckpointDeletedError):
-        await graph.ainvoke(first_input(tid), cfg(tid))
+        await graph.ainvoke(first_input(tid), cfg(tid), durability=durability)
     assert await asaver.aget_tuple(cfg(tid)) is None
     assert [t async for t in asaver.alist(cfg(tid))] == []
     assert await asaver.threads.get(tid) is None
@@ -358,7 +364,7 @@ async def test_late_writes_refused_async(asaver: AsyncColosseumSaver, pg_url: st
 # ================================ delete_for_runs, prune, the retention sweep
 
 
-@pytest.mark.parametrize("durability", ["async", "sync"])
+@pytest.mark.parametrize("durability", ["async", "sync", "exit"])
 def test_delete_for_runs_of_the_running_run(
     saver: ColosseumSaver, pg_url: str, durability: str
 ) -> None:
