@@ -284,6 +284,13 @@ GUARDS: list[Guard] = [
         ),
     ),
     Guard(
+        name="hot head: a deletion drops the heads of the incarnation its transaction saw",
+        file="langgraph_colosseum/_core/store.py",
+        original="yield from self._learn_incarnation(committed[-1][0][0], asked_at)",
+        mutant="yield from self.bound_incarnation()",
+        tests=(f"{RECOVERY}::test_a_promoted_replica_moves_every_worker_to_new_keys",),
+    ),
+    Guard(
         name="hot head: a hit within the bound makes no Postgres round trip",
         file="langgraph_colosseum/_core/hot.py",
         original="self.clock() - self.proven_at >= INCARNATION_RECHECK",

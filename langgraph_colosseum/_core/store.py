@@ -711,7 +711,7 @@ class CheckpointStore:
         here = Where(thread_id, checkpoint_ns, checkpoint_id, "<checkpoint>")
         # When the statement that returns the incarnation was sent (its first
         # sending: an earlier time errs towards re-checking, HotHead.recheck_due).
-        asked_at = self.hot.clock() if self.hot is not None else 0.0
+        asked_at = self._clock()
         ((missing_bases, inserted, fenced, deleted, writes_before, incarnation, stale, epoch,
           *conflict),) = (
             yield from self._send(run, statement, {**params, **_value_columns(sealed)}, here, "put")
@@ -1111,7 +1111,7 @@ class CheckpointStore:
         params["created"] = _made_at(run, checkpoint_id)
         statement = sql.PUT_WRITES_ON_CONFLICT if self.on_conflict else sql.PUT_WRITES
         here = Where(thread_id, checkpoint_ns, checkpoint_id, "<writes>")
-        asked_at = self.hot.clock() if self.hot is not None else 0.0  # as in put
+        asked_at = self._clock()  # as in put
         while True:
             if self.on_conflict:
                 params.update(
@@ -1199,11 +1199,13 @@ class CheckpointStore:
             from langgraph_colosseum._core.threads import LOCK_STILL_EXPIRED
 
             statements.insert(1, LOCK_STILL_EXPIRED)
-        yield Transaction(tuple(Query(q, params, fetch=False) for q in statements))
+        queries = [Query(q, params, fetch=False) for q in statements]
+        asked_at = self._clock()
+        results = yield Transaction(self._reading_incarnation(queries))
         # A put that committed before the delete may have cached values since.
         self.bases.forget_threads(params["thread_ids"])
         self.seeds.forget_threads(params["thread_ids"])
-        yield from self._drop_heads(params["thread_ids"])
+        yield from self._drop_heads(params["thread_ids"], results, asked_at)
 
     def copy_thread(self, source_thread_id: str, target_thread_id: str) -> Operation[None]:
         """Copy every checkpoint, value, write and frozen history: the whole chain.
@@ -1225,8 +1227,10 @@ class CheckpointStore:
             # the copy is opened and sealed again for the target.
             params.update((yield from self._resealed_copy(params["source"], params["target"])))
             statements = (sql.COPY_THREAD[0], *sql.COPY_SEALED, sql.COPY_THREAD[-1])
-        yield Transaction(tuple(Query(q, params, fetch=False) for q in statements))
-        yield from self._drop_heads([params["target"]])
+        queries = [Query(q, params, fetch=False) for q in statements]
+        asked_at = self._clock()
+        results = yield Transaction(self._reading_incarnation(queries))
+        yield from self._drop_heads([params["target"]], results, asked_at)
 
     def _resealed_copy(self, source: str, target: str) -> Operation[dict[str, list]]:
         """The source thread's rows opened and sealed for `target`: COPY_SEALED's
@@ -1352,10 +1356,11 @@ class CheckpointStore:
             Query(sql.COLLECT_UNREFERENCED_VALUES, {"thread_ids": thread_list}, fetch=False)
         )
         queries.append(Query(sql.MOVE_EPOCHS, {"thread_ids": thread_list}, fetch=False))
-        yield Transaction(tuple(queries))
+        asked_at = self._clock()
+        results = yield Transaction(self._reading_incarnation(queries))
         self.bases.forget_threads(thread_list)
         self.seeds.forget_threads(thread_list)
-        yield from self._drop_heads(thread_list)
+        yield from self._drop_heads(thread_list, results, asked_at)
 
     def delete_for_runs(self, run_ids: Sequence[str]) -> Operation[None]:
         """Delete the runs' checkpoints and writes.
@@ -1387,15 +1392,41 @@ class CheckpointStore:
         queries.append(Query(sql.RESET_DELETED_HEADS, thread_ids, fetch=False))
         queries.append(Query(sql.COLLECT_UNREFERENCED_VALUES, thread_ids, fetch=False))
         queries.append(Query(sql.MOVE_EPOCHS, thread_ids, fetch=False))
-        yield Transaction(tuple(queries))
+        asked_at = self._clock()
+        results = yield Transaction(self._reading_incarnation(queries))
         self.bases.forget_threads([row[0] for row in threads])
         self.seeds.forget_threads([row[0] for row in threads])
-        yield from self._drop_heads([row[0] for row in threads])
+        yield from self._drop_heads([row[0] for row in threads], results, asked_at)
 
-    def _drop_heads(self, thread_ids: Sequence[str]) -> Operation[None]:
-        """After a commit that removed or replaced state: the heads go, whole."""
+    def _reading_incarnation(self, queries: Sequence[Query]) -> tuple[Query, ...]:
+        """A transaction that removes or replaces state, reading the database
+        incarnation last when there are heads to drop (see `_drop_heads`)."""
+        if self.hot is None:
+            return tuple(queries)
+        return (*queries, Query(sql.CURRENT_INCARNATION))
+
+    def _clock(self) -> float:
+        return self.hot.clock() if self.hot is not None else 0.0
+
+    def _drop_heads(
+        self,
+        thread_ids: Sequence[str],
+        committed: Sequence[Any] | None = None,
+        asked_at: float = -math.inf,
+    ) -> Operation[None]:
+        """After a commit that removed or replaced state: the heads go, whole.
+
+        `committed`: the results of a `_reading_incarnation` transaction sent at
+        `asked_at`. The heads dropped are those of the incarnation it saw, not
+        of the one this saver last knew: right after a failover, a deletion
+        from a worker that has not moved yet must still drop the heads another
+        worker filled from the recovered server (a hit serves a head until it
+        expires, whatever the thread became since)."""
         if self.hot is not None:
-            yield from self.bound_incarnation()
+            if committed is not None:
+                yield from self._learn_incarnation(committed[-1][0][0], asked_at)
+            else:
+                yield from self.bound_incarnation()
             drop = self.hot.drop(thread_ids)
             if (yield drop) is CACHE_UNAVAILABLE:
                 yield from self._record_stale(thread_ids, drop.keys)

@@ -127,13 +127,16 @@ def check_recovered(
     *,
     kept: int,
     live_writes_first: bool = False,
+    doomed: str | None = None,
 ) -> None:
     """After a recovery that kept `kept` turns of t1 (the head at `old_key` may
     hold more): the invariants of the module docstring. `live_writes_first`:
     the worker that lived through it writes before any other worker comes,
     so its write statement finds the token gone and it makes the new one;
     else it reads first, and its re-check makes the token. The live worker's
-    clock stood at 0 for every statement it sent to the old server."""
+    clock stood at 0 for every statement it sent to the old server. `doomed`:
+    a thread the recovered server holds, which the live worker deletes within
+    the bound's window."""
     assert shared_client.exists(old_key), "the old head is still in Redis"
     with (
         ColosseumSaver.from_conn_string(url, pool_size=1) as truth,
@@ -147,6 +150,14 @@ def check_recovered(
             turns(live)
             assert CountingCursor.statements == sent, "a hit within the bound is Redis-only"
             assert head_key(live, "t1") == old_key
+            if doomed is not None:
+                # Deleted within the window by the worker that has not moved: its
+                # transaction says which incarnation it deleted from, so the head
+                # a restarted worker filled from the recovered server goes too.
+                assert turns(restarted, doomed) == 1  # its head now in Redis
+                live.delete_thread(doomed)
+                assert truth.get_tuple(thread(doomed)) is None
+                assert restarted.get_tuple(thread(doomed)) is None
             # ...and once it is due, without a write, it serves what Postgres holds.
             set_recheck_clock(live, INCARNATION_RECHECK)
             serves_what_postgres_holds(live, truth)
@@ -219,6 +230,7 @@ def test_a_promoted_replica_moves_every_worker_to_new_keys(
     )
     with worker(url, shared_client) as live:
         play(live, "streamed 0", "streamed 1")
+        chat_graph(live).invoke(say("doomed"), thread("doomed"))
         (lsn,) = primary.query("SELECT pg_current_wal_lsn()")[0]
         standby.wait_until(
             "SELECT pg_last_wal_replay_lsn() >= %s::pg_lsn", (lsn,), "the standby caught up"
@@ -233,7 +245,7 @@ def test_a_promoted_replica_moves_every_worker_to_new_keys(
         standby.ctl("promote")
         assert standby.query("SELECT pg_is_in_recovery()") == [(False,)]
         assert tokens(standby) == 0, "promotion left the token table empty"
-        check_recovered(url, live, old_key, shared_client, kept=2)
+        check_recovered(url, live, old_key, shared_client, kept=2, doomed="doomed")
         assert "lost 0" not in texts(live)
 
 
