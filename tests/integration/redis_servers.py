@@ -19,6 +19,26 @@ import redis.cluster
 
 from langgraph_colosseum.cache import client_options
 
+README = Path(__file__).resolve().parents[2] / "README.md"
+# The block of ACL rules in README's Security section follows this sentence,
+# and the line of it a plain server does not need says so.
+_ACL_BLOCK_AFTER = "The hot head's ACL user needs"
+_CLUSTER_LINE = "# on a Redis Cluster"
+
+
+def readme_acl(cluster: bool) -> list[str]:
+    """The hot head's ACL rules as the README states them, for a Cluster or for
+    one server. The tests grant exactly these, so the README cannot drift."""
+    text = README.read_text()
+    start = text.index("```text\n", text.index(_ACL_BLOCK_AFTER)) + len("```text\n")
+    block = text[start : text.index("```", start)]
+    return [
+        rule
+        for line in block.strip().splitlines()
+        if cluster or _CLUSTER_LINE not in line
+        for rule in line.partition("#")[0].split()
+    ]
+
 
 def server_binary() -> str:
     if found := shutil.which("redis-server"):
