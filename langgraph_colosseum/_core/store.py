@@ -693,8 +693,6 @@ class CheckpointStore:
             "checkpoint": document,
             "metadata": metadata_text,
             "parents": _parents(metadata.get("parents")),
-            "channels": TextArray(new_versions),
-            "versions": TextArray([str(v) for v in new_versions.values()]),
             **self._registry_params(
                 config, thread_id, checkpoint_ns, values, new_versions, planned
             ),
@@ -714,7 +712,9 @@ class CheckpointStore:
         asked_at = self._clock()
         ((missing_bases, inserted, fenced, deleted, writes_before, incarnation, stale, epoch,
           *conflict),) = (
-            yield from self._send(run, statement, {**params, **_value_columns(sealed)}, here, "put")
+            yield from self._send(
+                run, statement, {**params, **self._value_columns(new_versions, sealed)}, here, "put"
+            )
         )  # fmt: skip
         if deleted is not None:
             yield from self._bury_run(run)
@@ -737,7 +737,8 @@ class CheckpointStore:
                 (missing_bases, inserted, fenced, deleted, writes_before, incarnation, stale,
                  epoch, *conflict),
             ) = yield from self._send(
-                run, statement, {**params, **_value_columns(sealed)}, here, "put"
+                run, statement, {**params, **self._value_columns(new_versions, sealed)}, here,
+                "put",
             )  # fmt: skip
             if deleted is not None:
                 yield from self._bury_run(run)
@@ -860,6 +861,28 @@ class CheckpointStore:
             )
             for (channel, version), (stored, _) in zip(new_versions.items(), planned)
         ]
+
+    def _value_columns(
+        self, new_versions: ChannelVersions, sealed: list[StoredValue]
+    ) -> dict[str, list[Any]]:
+        """The PUT's value rows as column arrays: one per changed channel, but
+        none for a channel the checkpoint cleared. A version with no row reads
+        as no value, as InMemorySaver has none (every reader, in Python and in
+        SQL, takes a missing row and an 'empty' one alike), so an 'empty' row
+        cost a row and an index entry for nothing: most of a DeltaChannel
+        thread's rows, whose checkpoints hold the channel only at snapshots.
+        Sealed values keep theirs: an 'empty' row is sealed like any other."""
+        pairs = list(zip(new_versions.items(), sealed))
+        if self.codec.encryption is None:
+            pairs = [pair for pair in pairs if pair[1].encoding != EMPTY_ENCODING]
+        stored = [value for _, value in pairs]
+        return {
+            "channels": TextArray([channel for (channel, _), _ in pairs]),
+            "versions": TextArray([str(version) for (_, version), _ in pairs]),
+            **columns(stored),
+            "bases": TextArray([s.base_version for s in stored]),
+            "depths": IntArray([s.depth for s in stored]),
+        }
 
     def _send(
         self,
@@ -1818,17 +1841,25 @@ class CheckpointStore:
                         f"or finite float; got {channel!r}: {version!r}"
                     ),
                 )
+        keys = [k for k in checkpoint if k != "channel_values"]
+        plain = all(type(k) is str and is_object_key(k) for k in keys)
         rest = {
-            k: v for k, v in checkpoint.items() if k not in ("channel_values", "channel_versions")
+            k: checkpoint[k]
+            # In jsonb's own order, the codec records no order of these keys:
+            # the checkpoint's key order below restores them all.
+            for k in (sorted(keys, key=_jsonb_key) if plain else keys)
+            if k != "channel_versions"
         }
         document = self._encoded(rest, where)
         document["channel_versions"] = versions
         # Key order, recorded only where reading back would not restore it: the
         # checkpoint's own keys (channel_values always comes last on the way
         # back, as from InMemorySaver) and the channels (channel_values' order).
-        keys = [k for k in checkpoint if k != "channel_values"]
-        if keys != _checkpoint_key_order(keys):
-            document[_KEY_ORDER] = keys
+        restored = _checkpoint_key_order(sorted(keys, key=_jsonb_key) if plain else keys)
+        if keys != restored:
+            # LangGraph's usual orders by their number, not their ~90 bytes of names.
+            known = _KNOWN_KEY_ORDERS.get(tuple(keys))
+            document[_KEY_ORDER] = keys if known is None else known
         if not in_jsonb_order(versions):
             document[_CHANNEL_ORDER] = list(versions)
         try:
@@ -1920,10 +1951,27 @@ def _checkpoint_key_order(keys: list[str]) -> list[str]:
     ]
 
 
+# Key orders LangGraph gives a checkpoint (copy_checkpoint's, with and without
+# updated_channels; channel_values left out), recorded as their index here.
+_KEY_ORDERS = (
+    ("v", "ts", "id", "channel_versions", "versions_seen", "updated_channels"),
+    ("v", "ts", "id", "channel_versions", "versions_seen"),
+)
+_KNOWN_KEY_ORDERS = {order: i for i, order in enumerate(_KEY_ORDERS)}
+
+
+def _jsonb_key(key: str) -> tuple[int, bytes]:
+    """Where jsonb puts an object key: shorter keys first, then by UTF-8 bytes."""
+    data = key.encode()
+    return len(data), data
+
+
 def _recorded_order(order: Any, keys: list[str]) -> list[str] | None:
     """A recorded key order, checked to name exactly `keys` (a tampered row's may not)."""
     if order is None:
         return keys
+    if type(order) is int and 0 <= order < len(_KEY_ORDERS):
+        order = list(_KEY_ORDERS[order])
     if type(order) is not list or len(order) != len(keys):
         raise CodecError("a recorded key order does not name the object's keys")
     for key in order:
@@ -1992,14 +2040,6 @@ def _json_size(row: ValueRow) -> int:
     if row.parsed is not None:
         return len(orjson.dumps(row.parsed))
     return len(row.data or b"") if is_sealed(row.type) else 0
-
-
-def _value_columns(stored: list[StoredValue]) -> dict[str, list[Any]]:
-    return {
-        **columns(stored),
-        "bases": TextArray([s.base_version for s in stored]),
-        "depths": IntArray([s.depth for s in stored]),
-    }
 
 
 def _private_copy(values: Materializer) -> Materializer:

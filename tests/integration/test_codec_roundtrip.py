@@ -423,3 +423,77 @@ def test_key_order_round_trips_and_stays_queryable(saver: ColosseumSaver, pg_url
     assert [t.config for t in saver.list(config, filter={"brief": reordered})] == [child]
     assert list(saver.list(config, filter={"brief": {"zeta": 1}})) == []
     assert [t.config for t in saver.list(config, filter={"brief": metadata["brief"]})] == [child]
+
+
+def _checkpoint_as_copied(checkpoint: dict) -> dict:
+    """`checkpoint` as LangGraph's copy_checkpoint gives it: those keys, in its order."""
+    order = ("v", "ts", "id", "channel_values", "channel_versions", "versions_seen")
+    return {**{k: checkpoint[k] for k in order}, "updated_channels": None}
+
+
+def _order_read_back(checkpoint: dict) -> list[str]:
+    """Its keys as a read gives them: channel_values last, as InMemorySaver's."""
+    return [k for k in checkpoint if k != "channel_values"] + ["channel_values"]
+
+
+def test_checkpoint_key_order_is_recorded_once_and_old_rows_read_alike(
+    saver: ColosseumSaver, pg_url: str
+) -> None:
+    """The checkpoint's key order is recorded once, as the number of LangGraph's
+    usual order (not its names, twice: by the codec and by the document), and
+    a row written in the old form still reads back the same."""
+    first, stored = put_value(saver, "keys-thread", {"a": 1})
+    copied = _checkpoint_as_copied({**first, "id": str(uuid6())})
+    custom = {"extra": {"zz": 1, "a": 2}, **_checkpoint_as_copied({**first, "id": str(uuid6())})}
+    configs = [
+        saver.put(stored, checkpoint, {"source": "loop", "step": 0}, {})
+        for checkpoint in (copied, custom)
+    ]
+    read = [saver.get_tuple(config).checkpoint for config in configs]
+    assert [list(checkpoint) for checkpoint in read] == [
+        _order_read_back(copied),
+        _order_read_back(custom),
+    ]
+    want = [repr(checkpoint) for checkpoint in read]
+    with psycopg.connect(pg_url, autocommit=True) as conn:
+        documents = [
+            conn.execute(
+                "SELECT checkpoint FROM colosseum_checkpoints WHERE checkpoint_id = %s",
+                [config["configurable"]["checkpoint_id"]],
+            ).fetchone()[0]
+            for config in configs
+        ]
+        assert documents[0]["$key_order"] == 0 and "$t" not in documents[0]
+        assert documents[1]["$key_order"] == [k for k in custom if k != "channel_values"]
+        assert "$t" not in documents[1]
+        # The old form: the codec's order of the other keys, and the names.
+        conn.execute(
+            "UPDATE colosseum_checkpoints SET checkpoint = checkpoint "
+            "|| jsonb_build_object('$t', %s::jsonb, '$key_order', %s::jsonb) "
+            "WHERE checkpoint_id = %s",
+            [
+                json.dumps([k for k in copied if k not in ("channel_values", "channel_versions")]),
+                json.dumps([k for k in copied if k != "channel_values"]),
+                configs[0]["configurable"]["checkpoint_id"],
+            ],
+        )
+    assert repr(saver.get_tuple(configs[0]).checkpoint) == want[0]
+
+
+def test_a_cleared_channel_stores_no_row(saver: ColosseumSaver, pg_url: str) -> None:
+    """A channel the checkpoint cleared gets no value row: a version with no row
+    reads as no value, in get_tuple and list alike."""
+    first, stored = put_value(saver, "cleared-thread", {"a": 1, "b": [1, 2]})
+    cleared = {**first, "id": str(uuid6()), "channel_values": {"a": 1}}
+    version = saver.get_next_version(first["channel_versions"]["b"], None)
+    cleared["channel_versions"] = {**first["channel_versions"], "b": version}
+    config = saver.put(stored, cleared, {"source": "loop", "step": 0}, {"b": version})
+    with psycopg.connect(pg_url) as conn:
+        rows = conn.execute(
+            "SELECT version, encoding FROM colosseum_channel_values "
+            "WHERE thread_id = 'cleared-thread' AND channel = 'b'"
+        ).fetchall()
+    assert rows == [(first["channel_versions"]["b"], "json")]
+    for got in (saver.get_tuple(config), next(iter(saver.list(config)))):
+        assert got.checkpoint["channel_values"] == {"a": 1}
+        assert got.checkpoint["channel_versions"]["b"] == version
