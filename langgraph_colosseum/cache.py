@@ -41,6 +41,7 @@ from langgraph_colosseum._core.hot import SCRIPTS as HEAD_SCRIPTS
 from langgraph_colosseum._core.hot_items import ITEM_SCRIPTS
 from langgraph_colosseum._core.io import CACHE_UNAVAILABLE, CacheCall, CacheDrop
 from langgraph_colosseum._redact import redact
+from langgraph_colosseum._redis_wire import Wire, take_wire
 from langgraph_colosseum.errors import InvalidConfigError
 
 logger = logging.getLogger("langgraph_colosseum")
@@ -276,12 +277,14 @@ class AsyncRedisCache:
     """The same, on an asyncio Redis or RedisCluster client, auto-pipelined.
 
     The client's own cost per command (connection checkout, packing, the reply
-    loop: about 90 µs of CPU on the benchmark machine, more than a psycopg
+    loop: about 190 µs of CPU on the benchmark machine, more than a psycopg
     statement) is its largest. Requests made in the same turn of the event
     loop, as when many threads' writes commit together, are therefore sent as
     one pipeline (not a transaction: each script is atomic on its own, and
-    each request's failure is its own). A Cluster client refuses scripts in
-    pipelines, so there each request is sent on its own.
+    each request's failure is its own), and on a plain Redis client they go
+    out on one connection of its pool driven directly (`_redis_wire.Wire`,
+    a third of that cost). A Cluster client refuses scripts in pipelines, so
+    there each request is sent on its own.
     """
 
     def __init__(self, client: Any) -> None:
@@ -297,6 +300,12 @@ class AsyncRedisCache:
         )
         self._running: set[asyncio.Future[Any]] = set()
         self._loaded = False  # the scripts are in the server's script cache
+        # The directly driven connection of each event loop; None once the
+        # client's connections turned out to be ones a Wire cannot drive.
+        self._wires: weakref.WeakKeyDictionary[asyncio.AbstractEventLoop, Wire] = (
+            weakref.WeakKeyDictionary()
+        )
+        self._direct = self.pipelined
 
     async def perform(self, request: CacheCall | CacheDrop) -> Any:
         deletions = self.breaker.admit(request)
@@ -347,6 +356,15 @@ class AsyncRedisCache:
             for script in self.scripts.values():
                 await self.client.script_load(script.script)
             self._loaded = True
+        commands: list[tuple[Any, ...]] = []
+        for request, deletions, _ in batch:
+            commands += (("DEL", key) for key in deletions)
+            if isinstance(request, CacheCall):
+                sha = self.scripts[request.script].sha
+                commands.append(("EVALSHA", sha, 1, request.key, *request.args))
+        wire = await self._wire() if self._direct else None
+        if wire is not None:
+            return _results(batch, await wire.execute(commands))
         if len(batch) == 1 and isinstance(batch[0].request, CacheCall) and not batch[0].deletions:
             # Alone in its turn (most requests, unless many threads write at
             # once): a pipeline object would only add its own cost, ~40 µs of CPU.
@@ -360,19 +378,32 @@ class AsyncRedisCache:
             except Exception as exc:
                 return [exc]
         pipe = self.client.pipeline(transaction=False)
-        for request, deletions, _ in batch:
-            for key in deletions:
-                pipe.delete(key)
-            if isinstance(request, CacheCall):
-                pipe.evalsha(self.scripts[request.script].sha, 1, request.key, *request.args)
-        replies = iter(await pipe.execute(raise_on_error=False))
-        results = []
-        for request, deletions, _ in batch:
-            mine = [next(replies) for _ in range(len(deletions) + isinstance(request, CacheCall))]
-            failure = next((r for r in mine if isinstance(r, Exception)), None)
-            is_call = isinstance(request, CacheCall)
-            results.append(failure if failure is not None else mine[-1] if is_call else None)
-        return results
+        for command in commands:
+            pipe.execute_command(*command)
+        return _results(batch, await pipe.execute(raise_on_error=False))
+
+    async def _wire(self) -> Wire | None:
+        """This loop's directly driven connection (taken anew once one broke),
+        or None when the client's connections cannot be driven directly."""
+        loop = asyncio.get_running_loop()
+        wire = self._wires.get(loop)
+        if wire is not None and not wire.closed:
+            return wire
+        if wire is not None:
+            del self._wires[loop]
+            await wire.release()
+        fresh = await take_wire(self.client)
+        if fresh is None:
+            self._direct = False
+            return None
+        wire = self._wires.get(loop)  # another batch of this loop took one meanwhile
+        if wire is not None and not wire.closed:
+            fresh.closed = True
+            fresh.transport.close()
+            await fresh.release()
+            return wire
+        self._wires[loop] = fresh
+        return fresh
 
     async def _send_one(self, pending: Pending) -> Any:
         try:
@@ -384,6 +415,20 @@ class AsyncRedisCache:
             return await self.scripts[call.script](keys=[call.key], args=call.args)
         except Exception as exc:
             return exc
+
+
+def _results(batch: list[Pending], replies: list[Any]) -> list[Any]:
+    """Each request's result from the replies to its commands (its deletions,
+    then its script): the first error among them, else the script's reply
+    (None for a drop)."""
+    replies_ = iter(replies)
+    results = []
+    for request, deletions, _ in batch:
+        is_call = isinstance(request, CacheCall)
+        mine = [next(replies_) for _ in range(len(deletions) + is_call)]
+        failure = next((r for r in mine if isinstance(r, Exception)), None)
+        results.append(failure if failure is not None else mine[-1] if is_call else None)
+    return results
 
 
 class Pending(NamedTuple):

@@ -623,3 +623,67 @@ async def test_async_saver_through_a_redis_outage(
         await saver.aget_tuple(thread("outage-0"))
         assert [type(r) for r in sent] == [CacheCall], "served by Redis again"
     await client.aclose()
+
+
+async def test_async_cache_drives_one_connection_closed_with_its_client(
+    pg_url: str, truth: ColosseumSaver, private_redis: RedisServer
+) -> None:
+    """On a plain client the requests of every batch go out on one connection of
+    its pool, driven directly (_redis_wire.py); the client's aclose() closes it."""
+    truncate(pg_url)
+    client = async_client_from_url(private_redis.url)
+    async with AsyncColosseumSaver.from_conn_string(pg_url) as plain:
+        saver = AsyncColosseumSaver(plain.conn, cache=client, cache_prefix=PREFIX)
+        graph = chat_graph(saver)
+        await asyncio.gather(*(graph.ainvoke(say("q"), thread(f"wire-{i}")) for i in range(4)))
+        for i in range(4):
+            assert_fresh_tuple = truth.get_tuple(thread(f"wire-{i}"))
+            got = await saver.aget_tuple(thread(f"wire-{i}"))
+            assert got is not None and got.checkpoint == assert_fresh_tuple.checkpoint
+        sent = record_requests(saver)
+        await saver.aget_tuple(thread("wire-0"))
+        assert [type(r) for r in sent] == [CacheCall], "served by Redis"
+        (wire,) = saver.cache._wires.values()
+        assert not wire.closed
+        in_use = client.connection_pool._in_use_connections
+        assert wire.conn in in_use, "the connection is the client's, held out of its pool"
+        await client.aclose()
+        assert wire.closed and wire.transport.is_closing()
+
+
+async def test_a_reply_past_the_timeout_fails_its_batch_and_no_later_one(
+    pg_url: str, truth: ColosseumSaver, private_redis: RedisServer
+) -> None:
+    """A reply that comes after the socket timeout (a paused server) fails the
+    requests waiting for it, which read Postgres; the connection goes with
+    them, so that late reply can never be taken for the answer to a later
+    request: the next one, on a new connection, gets its own."""
+    truncate(pg_url)
+    client = async_client_from_url(private_redis.url)
+    admin = private_redis.client()
+    async with AsyncColosseumSaver.from_conn_string(pg_url) as plain:
+        saver = AsyncColosseumSaver(plain.conn, cache=client, cache_prefix=PREFIX)
+        graph = chat_graph(saver)
+        for i in range(2):
+            await graph.ainvoke(say(f"q{i}"), thread(f"late-{i}"))
+            await saver.aget_tuple(thread(f"late-{i}"))  # refilled: hot
+        (first,) = saver.cache._wires.values()
+        # WRITE: scripts wait (they may write), the UNPAUSE below does not.
+        admin.execute_command("CLIENT", "PAUSE", 60_000, "WRITE")
+        try:
+            # Waits out the timeout, then reads Postgres; the READ stays queued.
+            got = await saver.aget_tuple(thread("late-0"))
+        finally:
+            admin.execute_command("CLIENT", "UNPAUSE")
+        assert got is not None and got.checkpoint == truth.get_tuple(thread("late-0")).checkpoint
+        assert first.closed and saver.cache.breaker.backoff > 0
+        saver.cache.breaker.retry_at = 0.0  # probe now rather than after the backoff
+        sent = record_requests(saver)
+        got = await saver.aget_tuple(thread("late-1"))
+        assert [type(r) for r in sent] == [CacheCall], "served by Redis again"
+        assert got is not None and got.checkpoint == truth.get_tuple(thread("late-1")).checkpoint
+        assert saver.cache.breaker.backoff == 0.0
+        (second,) = saver.cache._wires.values()
+        assert second is not first and not second.closed
+    admin.close()
+    await client.aclose()
