@@ -22,15 +22,21 @@ a change to one is made to the other.
 
 from __future__ import annotations
 
+import itertools
 import logging
+import math
 import random
-from collections.abc import Iterator
+import re
+from collections.abc import Iterator, Mapping
 from contextlib import contextmanager
-from typing import Any
+from typing import Any, NamedTuple
 
 import psycopg
 from psycopg import _queries as psycopg_queries
-from psycopg import conninfo
+from psycopg import conninfo, pq
+from psycopg._encodings import conn_encoding
+from psycopg.adapt import PyFormat, Transformer
+from psycopg.waiting import Ready, Wait
 
 # Imported for its effect: psycopg dumps the typed array parameters of
 # _core/arrays.py with it (registered once, for every connection).
@@ -162,12 +168,350 @@ def conflict_pause(conflicts: int) -> float:
 # and put_writes' (conc-32: 21 statements per invoke before, 13 after).
 
 
+# _LEAN. A request whose statements are all text with named parameters, on an
+# autocommit connection, skips psycopg's cursors and its Pipeline object and is
+# driven through the connection's own libpq handle (`conn.pgconn`): the
+# statements in pipeline mode, one Sync (so one implicit transaction, as
+# _IMPLICIT_TRANSACTION says), their results read up to the Sync's, all in one
+# generator that `conn.wait` runs: one wait per round trip, which is also what
+# benchmarks/common.py counts. Parameters are dumped, and rows loaded, by a
+# psycopg Transformer of the connection (its adapters, ours in _arrays.py too),
+# so values go and come back exactly as through a cursor. What it saves is
+# psycopg's per-statement machinery: a cursor and its Transformer, the query
+# conversion, the prepared-statement bookkeeping, and the pipeline's enter /
+# exit waits (cProfile of conc-32: about a third of the client's CPU).
+#
+# It keeps what the cursor path did: errors are psycopg's own exceptions built
+# from the failing result (so SQLSTATE -> our errors, conflict reruns and
+# connection retries in the drivers are unchanged); a statement with
+# `prepare=True` is prepared on the connection, once, under a name of ours
+# (psycopg's own names are `_pg3_*`), and nothing is prepared when the
+# connection's prepare_threshold is None (pgbouncer=True); the first use
+# prepares and runs it in the same round trip. A round trip cut short (a
+# cancelled task, Ctrl-C, a failure mid-way) that leaves the connection in
+# pipeline mode with replies unread closes it, so the pool replaces it
+# (psycopg's own wait first tries to cancel the query and read to the end).
+_PLACEHOLDER = re.compile(r"%\((.*?)\)([sbt])|%%|%")
+_PLACEHOLDER_FORMATS = {"s": PyFormat.AUTO, "b": PyFormat.BINARY, "t": PyFormat.TEXT}
+_PIPELINE_SYNC = pq.ExecStatus.PIPELINE_SYNC
+_FATAL_ERROR = pq.ExecStatus.FATAL_ERROR
+_TUPLES_OK = pq.ExecStatus.TUPLES_OK
+_COMMAND_OK = pq.ExecStatus.COMMAND_OK
+_BAD = pq.ConnStatus.BAD
+_IDLE = pq.TransactionStatus.IDLE
+_PIPELINE_OFF = pq.PipelineStatus.OFF
+_WAIT_R, _WAIT_RW, _READY_R = Wait.R, Wait.RW, Ready.R
+
+
+class _Statement(NamedTuple):
+    """A statement's text with `$n` placeholders, and its parameters' names and formats."""
+
+    text: bytes
+    names: tuple[str, ...]
+    formats: tuple[PyFormat, ...]
+
+
+# Statement text -> its conversion, or None when the lean path cannot send it
+# (a positional or malformed placeholder: psycopg's cursor then reports it).
+_statements: dict[str, _Statement | None] = {}
+_STATEMENTS_KEPT = 512  # the package's statements are a few dozen; list filters vary
+
+
+def _statement(text: str) -> _Statement | None:
+    try:
+        return _statements[text]
+    except KeyError:
+        pass
+    names: list[str] = []
+    formats: list[PyFormat] = []
+    number: dict[str, int] = {}
+    valid = text.isascii()  # sent as is, whatever the connection's encoding
+
+    def placeholder(match: re.Match[str]) -> str:
+        nonlocal valid
+        if match.group(0) == "%%":
+            return "%"
+        if match.group(0) == "%":
+            valid = False
+            return "%"
+        name, form = match.group(1), _PLACEHOLDER_FORMATS[match.group(2)]
+        if name not in number:
+            names.append(name)
+            formats.append(form)
+            number[name] = len(names)
+        elif formats[number[name] - 1] != form:
+            valid = False
+        return f"${number[name]}"
+
+    converted = _PLACEHOLDER.sub(placeholder, text)
+    statement = _Statement(converted.encode(), tuple(names), tuple(formats)) if valid else None
+    if len(_statements) >= _STATEMENTS_KEPT:
+        _statements.clear()
+    _statements[text] = statement
+    return statement
+
+
+class _Session:
+    """What the lean path keeps per connection: its Transformer and the names
+    of the statements it prepared there, by (statement, parameter types)."""
+
+    def __init__(self, conn: Any) -> None:
+        self.transformer = Transformer(conn)
+        self.prepared: dict[tuple[str, tuple[int, ...]], bytes] = {}
+        self.names = itertools.count()
+        self.encoding = conn_encoding(conn)
+
+
+# Kept on the connection itself, so it goes with it: a Transformer refers to
+# its connection, and a weak-keyed table of them would keep every one alive.
+_SESSION = "_colosseum_lean_session"
+
+# One step of a round trip: PREPARE (name, text, types), or EXECUTE (name or
+# None, text, values, types, formats) with None for an unnamed statement.
+_PREPARE, _EXECUTE = 0, 1
+
+
+class _Exchange(NamedTuple):
+    steps: list[tuple[Any, ...]]
+    executes: list[int]  # the step of each query
+    prepares: dict[int, tuple[tuple[str, tuple[int, ...]], bytes]]  # step -> its key, name
+    session: _Session
+
+
+def lean_statements(request: Request) -> list[_Statement] | None:
+    """The converted statements of `request`, or None when it takes the cursor
+    path (an autocommit connection is needed too)."""
+    queries = request.queries if isinstance(request, Transaction) else (request,)
+    statements = []
+    for query in queries:
+        if type(query.sql) is not str or not isinstance(query.params, Mapping):
+            return None
+        statement = _statement(query.sql)
+        if statement is None:
+            return None
+        statements.append(statement)
+    return statements
+
+
+def _lean_ready(conn: Any) -> bool:
+    """An autocommit connection with nothing of its user's open on it (an
+    explicit transaction, a psycopg pipeline): those take the cursor path."""
+    pgconn = conn.pgconn
+    return bool(
+        conn.autocommit
+        and pgconn.transaction_status == _IDLE
+        and pgconn.pipeline_status == _PIPELINE_OFF
+    )
+
+
+def _lean_exchange(conn: Any, request: Request, statements: list[_Statement]) -> _Exchange:
+    session = conn.__dict__.get(_SESSION)
+    if session is None:
+        session = conn.__dict__[_SESSION] = _Session(conn)
+    transformer = session.transformer
+    prepare_all = conn.prepare_threshold is not None
+    # psycopg's own bound on a connection's prepared statements; past it (list
+    # filters make many texts) a statement not prepared yet is sent unnamed.
+    prepared_max = conn.prepared_max if conn.prepared_max is not None else math.inf
+    queries = request.queries if isinstance(request, Transaction) else (request,)
+    steps: list[tuple[Any, ...]] = []
+    executes: list[int] = []
+    prepares: dict[int, tuple[tuple[str, tuple[int, ...]], bytes]] = {}
+    for query, statement in zip(queries, statements):
+        params = query.params
+        try:
+            ordered = [params[name] for name in statement.names]  # type: ignore[index]
+        except KeyError as exc:
+            raise psycopg.ProgrammingError(f"query parameter missing: {exc.args[0]}") from None
+        values = transformer.dump_sequence(ordered, statement.formats)
+        types = transformer.types or ()
+        formats = transformer.formats
+        name = None
+        if query.prepare and prepare_all:
+            key = (query.sql, types)
+            name = session.prepared.get(key)
+            if name is None and len(session.prepared) + len(prepares) < prepared_max:
+                name = b"_colosseum_%d" % next(session.names)
+                prepares[len(steps)] = (key, name)
+                steps.append((_PREPARE, name, statement.text, types))
+        executes.append(len(steps))
+        steps.append((_EXECUTE, name, statement.text, values, types, formats))
+    return _Exchange(steps, executes, prepares, session)
+
+
+def _round_trip(pgconn: Any, segments: list[list[tuple[Any, ...]]]) -> Any:
+    """The generator `conn.wait` runs: each request's steps followed by a Sync
+    (so each is its own implicit transaction), all sent at once; returns, per
+    request, its results (one per step), leaving pipeline mode."""
+    pgconn.enter_pipeline_mode()
+    for steps in segments:
+        for step in steps:
+            if step[0] == _PREPARE:
+                pgconn.send_prepare(step[1], step[2], step[3])
+            elif step[1] is None:
+                pgconn.send_query_params(step[2], step[3], step[4], step[5])
+            else:
+                pgconn.send_query_prepared(step[1], step[3], step[5])
+        pgconn.pipeline_sync()
+    while pgconn.flush():  # a large request: the server may answer while we send
+        if (yield _WAIT_RW) & _READY_R:
+            pgconn.consume_input()
+    replies: list[list[Any]] = []
+    results: list[Any] = []
+    while len(replies) < len(segments):
+        while pgconn.is_busy():
+            yield _WAIT_R
+            pgconn.consume_input()
+        result = pgconn.get_result()
+        if result is None:  # the end of one step's results
+            continue
+        if result.status == _PIPELINE_SYNC:
+            replies.append(results)
+            results = []
+        else:
+            results.append(result)
+    # A LISTENing connection's notifications go where psycopg sends its own.
+    while (notify := pgconn.notifies()) is not None:
+        if pgconn.notify_handler is not None:
+            pgconn.notify_handler(notify)
+    pgconn.exit_pipeline_mode()
+    return replies
+
+
+def _lean_results(request: Request, exchange: _Exchange, results: list[Any]) -> Any:
+    session = exchange.session
+    error = None
+    for position, result in enumerate(results):
+        status = result.status
+        if status == _FATAL_ERROR:
+            if error is None:
+                error = psycopg.errors.error_from_result(result, encoding=session.encoding)
+        elif position in exchange.prepares and status == _COMMAND_OK:
+            key, name = exchange.prepares[position]
+            session.prepared[key] = name
+    if error is not None:
+        raise error
+    queries = request.queries if isinstance(request, Transaction) else (request,)
+    out = []
+    transformer = session.transformer
+    for query, position in zip(queries, exchange.executes):
+        if not query.fetch:
+            out.append(None)
+            continue
+        result = results[position]
+        if result.status != _TUPLES_OK:
+            raise psycopg.ProgrammingError("the last operation didn't produce records")
+        transformer.set_pgresult(result)
+        out.append(transformer.load_rows(0, result.ntuples, tuple))
+    return out if isinstance(request, Transaction) else out[0]
+
+
+class Outcome(NamedTuple):
+    """One request's end in a shared round trip: its result, or what it raised."""
+
+    value: Any
+    error: BaseException | None
+
+
+def _lean_begin(conn: Any, batch: list[tuple[Request, list[_Statement]]]) -> list[_Exchange]:
+    if conn.pgconn.status == _BAD:
+        raise psycopg.OperationalError("the connection is closed")
+    return [_lean_exchange(conn, request, statements) for request, statements in batch]
+
+
+def _lean_end(
+    indices: list[int],
+    batch: list[tuple[Request, list[_Statement]]],
+    exchanges: list[_Exchange],
+    replies: list[list[Any]],
+    outcomes: list[Outcome | None],
+    last: bool,
+) -> list[int]:
+    """Fill `outcomes` from the replies; the requests to send again (_DEALLOCATED)."""
+    again = []
+    for index, (request, _), exchange, results in zip(indices, batch, exchanges, replies):
+        try:
+            outcomes[index] = Outcome(_lean_results(request, exchange, results), None)
+        except psycopg.errors.InvalidSqlStatementName as exc:
+            exchange.session.prepared.clear()
+            if last:
+                outcomes[index] = Outcome(None, exc)
+            else:
+                again.append(index)
+        except psycopg.Error as exc:
+            outcomes[index] = Outcome(None, exc)
+    return again
+
+
+def _abandon(conn: Any) -> None:
+    """A round trip cut short left replies unread: no request can follow on it."""
+    pgconn = conn.pgconn
+    if pgconn.status != _BAD and pgconn.pipeline_status != _PIPELINE_OFF:
+        pgconn.finish()
+
+
+def lean_batch(
+    conn: psycopg.Connection, batch: list[tuple[Request, list[_Statement]]]
+) -> list[Outcome]:
+    """Send every request of `batch` in one round trip; each one's outcome."""
+    outcomes: list[Outcome | None] = [None] * len(batch)
+    indices = list(range(len(batch)))
+    for last in (False, True):
+        pending = [batch[i] for i in indices]
+        with conn.lock:
+            exchanges = _lean_begin(conn, pending)
+            try:
+                replies = conn.wait(_round_trip(conn.pgconn, [e.steps for e in exchanges]))
+            except BaseException:
+                _abandon(conn)
+                raise
+        indices = _lean_end(indices, pending, exchanges, replies, outcomes, last)
+        if not indices:
+            break
+    return outcomes  # type: ignore[return-value]
+
+
+async def alean_batch(
+    conn: psycopg.AsyncConnection, batch: list[tuple[Request, list[_Statement]]]
+) -> list[Outcome]:
+    outcomes: list[Outcome | None] = [None] * len(batch)
+    indices = list(range(len(batch)))
+    for last in (False, True):
+        pending = [batch[i] for i in indices]
+        async with conn.lock:
+            exchanges = _lean_begin(conn, pending)
+            try:
+                replies = await conn.wait(_round_trip(conn.pgconn, [e.steps for e in exchanges]))
+            except BaseException:
+                _abandon(conn)
+                raise
+        indices = _lean_end(indices, pending, exchanges, replies, outcomes, last)
+        if not indices:
+            break
+    return outcomes  # type: ignore[return-value]
+
+
+def _raise_or_return(outcome: Outcome) -> Any:
+    if outcome.error is not None:
+        raise outcome.error
+    return outcome.value
+
+
+# _DEALLOCATED. Someone ran DEALLOCATE ALL or DISCARD ALL on the connection
+# (a pool's reset hook, a proxy): our prepared statements are gone, and the
+# first EXECUTE of one failed, aborting the request's implicit transaction
+# before anything was kept. The request is sent again, preparing afresh.
+
+
 def perform(conn: psycopg.Connection, request: Request) -> Any:
     with schema_errors():
         return _perform(conn, request)
 
 
 def _perform(conn: psycopg.Connection, request: Request) -> Any:
+    statements = lean_statements(request) if _lean_ready(conn) else None
+    if statements is not None:
+        return _raise_or_return(lean_batch(conn, [(request, statements)])[0])
     if isinstance(request, Query):
         if conn.autocommit:
             cursor = conn.execute(request.sql, request.params, prepare=request.prepare)
@@ -191,6 +535,9 @@ async def aperform(conn: psycopg.AsyncConnection, request: Request) -> Any:
 
 
 async def _aperform(conn: psycopg.AsyncConnection, request: Request) -> Any:
+    statements = lean_statements(request) if _lean_ready(conn) else None
+    if statements is not None:
+        return _raise_or_return((await alean_batch(conn, [(request, statements)]))[0])
     if isinstance(request, Query):
         if conn.autocommit:
             cursor = await conn.execute(request.sql, request.params, prepare=request.prepare)

@@ -267,6 +267,19 @@ GUARDS: list[Guard] = [
         tests=("tests/integration/test_drivers.py::test_a_transaction_is_one_transaction",),
     ),
     Guard(
+        name="drivers: the lean path sends a request's statements before one Sync",
+        file="langgraph_colosseum/_driver.py",
+        original=(
+            "                pgconn.send_query_prepared(step[1], step[3], step[5])\n"
+            "        pgconn.pipeline_sync()"
+        ),
+        mutant=(
+            "                pgconn.send_query_prepared(step[1], step[3], step[5])\n"
+            "            pgconn.pipeline_sync()"
+        ),
+        tests=("tests/integration/test_drivers.py::test_a_transaction_is_one_transaction[lean]",),
+    ),
+    Guard(
         name="hot head: a write statement's incarnation moves the saver to its keys",
         file="langgraph_colosseum/_core/store.py",
         original="        yield from self._learn_incarnation(incarnation, asked_at)\n",

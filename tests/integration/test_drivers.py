@@ -358,18 +358,23 @@ def test_transaction_is_one_request(saver: ColosseumSaver) -> None:
     assert len(counter.requests) == 1 and isinstance(counter.requests[0], Transaction)
 
 
-def _transaction_checks(run) -> None:
+def _transaction_checks(run, lean: bool) -> None:
     """What a Transaction promises, on the driver `run` (a saver's `_run` / `_arun`):
     its statements commit or roll back together, and a transaction-scoped lock
-    one of them takes holds for the rest (the thread write lock relies on it)."""
+    one of them takes holds for the rest (the thread write lock relies on it).
+    `lean`: the statements take the lean path of _driver.py (named parameters,
+    prepared), as the hot ones do; else psycopg's cursors (no parameters)."""
     from langgraph_colosseum._core.io import Query, single
+
+    def query(sql: str, fetch: bool = True) -> Query:
+        return Query(sql, {} if lean else None, fetch=fetch, prepare=lean)
 
     held = run(
         single(
             Transaction(
                 (
-                    Query("SELECT pg_advisory_xact_lock_shared(7401, 1)", fetch=False),
-                    Query(
+                    query("SELECT pg_advisory_xact_lock_shared(7401, 1)", fetch=False),
+                    query(
                         "SELECT count(*) FROM pg_locks WHERE locktype = 'advisory' "
                         "AND pid = pg_backend_pid() AND classid = 7401"
                     ),
@@ -385,33 +390,86 @@ def _transaction_checks(run) -> None:
             single(
                 Transaction(
                     (
-                        Query("INSERT INTO tx_probe VALUES (1)", fetch=False),
-                        Query("SELECT 1 / 0"),
+                        query("INSERT INTO tx_probe VALUES (1)", fetch=False),
+                        query("SELECT 1 / 0"),
                     )
                 )
             )
         )
-    assert run(single(Query("SELECT count(*) FROM tx_probe"))) == [(0,)]
+    assert run(single(query("SELECT count(*) FROM tx_probe"))) == [(0,)]
     run(single(Query("DROP TABLE tx_probe", fetch=False)))
     # The lock went with the transaction.
     assert run(
         single(
-            Query("SELECT count(*) FROM pg_locks WHERE locktype = 'advisory' AND classid = 7401")
+            query("SELECT count(*) FROM pg_locks WHERE locktype = 'advisory' AND classid = 7401")
         )
     ) == [(0,)]
+    prepared = run(
+        single(
+            query("SELECT count(*) FROM pg_prepared_statements WHERE name LIKE '\\_colosseum\\_%%'")
+        )
+    )
+    assert (prepared[0][0] > 0) == lean  # the lean path was the one taken
 
 
-def test_a_transaction_is_one_transaction(pg_url: str) -> None:
-    with ColosseumSaver.from_conn_string(pg_url) as saver:
-        _transaction_checks(saver._run)
-    asyncio.run(_async_transaction_checks(pg_url))
+@pytest.mark.parametrize("lean", [True, False], ids=["lean", "cursor"])
+def test_a_transaction_is_one_transaction(pg_url: str, lean: bool) -> None:
+    with ColosseumSaver.from_conn_string(pg_url, max_size=1) as saver:
+        _transaction_checks(saver._run, lean)
+    asyncio.run(_async_transaction_checks(pg_url, lean))
 
 
-async def _async_transaction_checks(pg_url: str) -> None:
-    async with AsyncColosseumSaver.from_conn_string(pg_url) as saver:
+async def _async_transaction_checks(pg_url: str, lean: bool) -> None:
+    async with AsyncColosseumSaver.from_conn_string(pg_url, max_size=1) as saver:
         loop = asyncio.get_running_loop()
         # The blocking twin sends each operation to the saver's loop from a thread.
-        await loop.run_in_executor(None, _transaction_checks, saver._run)
+        await loop.run_in_executor(None, _transaction_checks, saver._run, lean)
+
+
+async def test_a_cancelled_request_leaves_its_connection_usable(pg_url: str) -> None:
+    """A task cancelled while its request waits for the server (here, for an
+    advisory lock another session holds) does not leave the pool's only
+    connection in pipeline mode with a reply unread: psycopg cancels the
+    statement on the server, and the next request on it gets its own answer."""
+    from langgraph_colosseum._core.io import Query, single
+
+    holder = await psycopg.AsyncConnection.connect(pg_url, autocommit=True)
+    await holder.execute("SELECT pg_advisory_lock(7402)")
+    try:
+        async with AsyncColosseumSaver.from_conn_string(pg_url, max_size=1) as saver:
+            blocked = Query("SELECT pg_advisory_xact_lock(7402)", {}, prepare=True)
+            waiting = asyncio.ensure_future(saver._arun(single(blocked)))
+            while not (
+                await (
+                    await holder.execute(
+                        "SELECT count(*) FROM pg_locks WHERE locktype = 'advisory' "
+                        "AND objid = 7402 AND NOT granted"
+                    )
+                ).fetchone()
+            )[0]:
+                await asyncio.sleep(0.01)  # polling for the barrier, not timing the test
+            waiting.cancel()
+            with pytest.raises(asyncio.CancelledError):
+                await waiting
+            hot = Query("SELECT %(n)s::int", {"n": 7}, prepare=True)
+            assert await saver._arun(single(hot)) == [(7,)]
+            assert await saver._arun(single(Query("SELECT %(n)s::int", {"n": 8}))) == [(8,)]
+            assert await saver._arun(single(Query("SELECT 9", None))) == [(9,)]
+    finally:
+        await holder.close()
+
+
+def test_deallocated_statements_are_prepared_again(pg_url: str) -> None:
+    """DEALLOCATE ALL on a pooled connection (a reset hook, a proxy) drops the
+    statements the lean path prepared there; the next put prepares them again
+    instead of failing."""
+    with ColosseumSaver.from_conn_string(pg_url, max_size=1) as saver:
+        first = saver.put(thread("deallocated"), empty_checkpoint(), {"step": -1}, {})
+        with saver.conn.connection() as conn:
+            conn.execute("DEALLOCATE ALL")
+        second = saver.put(first, empty_checkpoint(), {"step": 0}, {})
+        assert saver.get_tuple(thread("deallocated")).config == second
+        saver.delete_thread("deallocated")
 
 
 def test_a_put_chosen_as_a_deadlock_victim_is_rerun(pg_url: str) -> None:
@@ -455,3 +513,22 @@ def test_a_put_chosen_as_a_deadlock_victim_is_rerun(pg_url: str) -> None:
         assert len(outcome) == 1 and not isinstance(outcome[0], Exception), outcome
         stored = saver.get_tuple(thread(tid))
         assert stored.config == outcome[0] and stored.metadata["step"] == 0
+
+
+def test_a_connection_the_lean_path_used_is_freed(pg_url: str) -> None:
+    """What the lean path keeps per connection (its Transformer, which refers
+    to the connection) goes with the connection: a pool replacing connections
+    does not accumulate them."""
+    import gc
+    import weakref
+
+    from langgraph_colosseum import _driver
+    from langgraph_colosseum._core.io import Query
+
+    conn = psycopg.connect(pg_url, autocommit=True)
+    assert _driver.perform(conn, Query("SELECT %(n)s::int", {"n": 1}, prepare=True)) == [(1,)]
+    freed = weakref.ref(conn)
+    conn.close()
+    del conn
+    gc.collect()
+    assert freed() is None

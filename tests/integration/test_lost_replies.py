@@ -218,3 +218,18 @@ def test_a_step_whose_write_reply_was_lost_is_stored_once(
     graph.invoke({"total": 0, "log": []}, thread("step"))
     assert graph.get_state(thread("step")).values == {"total": 2, "log": ["step0", "step1"]}
     assert len(list(graph.get_state_history(thread("step")))) == 6
+
+
+@pytest.mark.parametrize("lost", ["early_writes_gone AS (", "inserted AS ("])
+async def test_a_step_whose_write_reply_was_lost_is_stored_once_async(
+    asaver: AsyncColosseumSaver, pg_url: str, lost: str
+) -> None:
+    """The same through the asyncio saver."""
+    graph = counter_graph(asaver)
+    with reply_lost(pg_url, lost) as killed:
+        await graph.ainvoke({"total": 0, "log": []}, thread("step-async"))
+    assert killed, "the write's connection was not broken"
+    await graph.ainvoke({"total": 0, "log": []}, thread("step-async"))
+    state = await graph.aget_state(thread("step-async"))
+    assert state.values == {"total": 2, "log": ["step0", "step1"]}
+    assert len([s async for s in graph.aget_state_history(thread("step-async"))]) == 6
