@@ -13,11 +13,20 @@ from langgraph.checkpoint.serde.base import SerializerProtocol
 from psycopg_pool import AsyncConnectionPool
 
 from langgraph_colosseum._base import ColosseumSaverBase
+from langgraph_colosseum._coalesce import Coalescer
 from langgraph_colosseum._core import io
 from langgraph_colosseum._core import threads as threads_ops
 from langgraph_colosseum._core.crypt import Encryption
 from langgraph_colosseum._core.hot import DEFAULT_HOT_TTL, KEY_PREFIX
-from langgraph_colosseum._core.io import AwaitNotify, CacheCall, CacheDrop, Operation, Request
+from langgraph_colosseum._core.io import (
+    AwaitNotify,
+    CacheCall,
+    CacheDrop,
+    Operation,
+    Query,
+    Request,
+    Transaction,
+)
 from langgraph_colosseum._core.shapes import DEFAULT_SNAPSHOT_EVERY
 from langgraph_colosseum._core.store import DEFAULT_PAGE_SIZE
 from langgraph_colosseum._core.threads import Retention
@@ -30,8 +39,10 @@ from langgraph_colosseum._driver import (
     conflict_pause,
     connection_kwargs,
     is_connection_failure,
+    lean_statements,
     logger,
     never_connected,
+    schema_errors,
 )
 from langgraph_colosseum._notify import aawait_notify
 from langgraph_colosseum._pool import (
@@ -45,6 +56,14 @@ from langgraph_colosseum.embedded import servers
 from langgraph_colosseum.threads import AsyncThreads
 
 T = TypeVar("T")
+
+
+def _hot(request: Request) -> list[Any] | None:
+    """`request`'s statements if it is coalesced (all of them hot: _coalesce.py)."""
+    queries = request.queries if isinstance(request, Transaction) else (request,)
+    if all(isinstance(q, Query) and q.prepare is True for q in queries):
+        return lean_statements(request)
+    return None
 
 
 class AsyncColosseumSaver(ColosseumSaverBase[AsyncThreads]):
@@ -101,6 +120,12 @@ class AsyncColosseumSaver(ColosseumSaverBase[AsyncThreads]):
         # outage worth retrying, rather than a wrong URL to report.
         self._connected = False
         self._conn_lock = None if isinstance(conn, AsyncConnectionPool) else asyncio.Lock()
+        # Hot requests share pool checkouts and round trips (see _coalesce.py).
+        self._coalescer = (
+            Coalescer(conn)
+            if isinstance(conn, AsyncConnectionPool) and (conn.kwargs or {}).get("autocommit")
+            else None
+        )
         try:
             self.loop: asyncio.AbstractEventLoop | None = asyncio.get_running_loop()
         except RuntimeError:
@@ -199,6 +224,14 @@ class AsyncColosseumSaver(ColosseumSaverBase[AsyncThreads]):
         while True:
             conn = None
             try:
+                if self._coalescer is not None and (statements := _hot(request)) is not None:
+                    queued = self._coalescer.submit(request, statements)
+                    try:
+                        with schema_errors():
+                            return await queued.future
+                    finally:
+                        conn = queued.conn
+                        self._connected = self._connected or conn is not None
                 if isinstance(self.conn, AsyncConnectionPool):
                     # getconn / putconn, not `pool.connection()`: see _LOAN in _pool.py.
                     conn = await self.conn.getconn()

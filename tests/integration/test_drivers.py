@@ -426,18 +426,23 @@ async def _async_transaction_checks(pg_url: str, lean: bool) -> None:
         await loop.run_in_executor(None, _transaction_checks, saver._run, lean)
 
 
-async def test_a_cancelled_request_leaves_its_connection_usable(pg_url: str) -> None:
+@pytest.mark.parametrize("coalesced", [False, True], ids=["alone", "coalesced"])
+async def test_a_cancelled_request_leaves_its_connection_usable(
+    pg_url: str, coalesced: bool
+) -> None:
     """A task cancelled while its request waits for the server (here, for an
     advisory lock another session holds) does not leave the pool's only
-    connection in pipeline mode with a reply unread: psycopg cancels the
-    statement on the server, and the next request on it gets its own answer."""
+    connection in pipeline mode with a reply unread: the next request on it
+    gets its own answer. Alone, psycopg cancels the statement on the server;
+    coalesced (a hot request, _coalesce.py), the round trip it shares is read
+    to its end once the lock is let go."""
     from langgraph_colosseum._core.io import Query, single
 
     holder = await psycopg.AsyncConnection.connect(pg_url, autocommit=True)
     await holder.execute("SELECT pg_advisory_lock(7402)")
     try:
         async with AsyncColosseumSaver.from_conn_string(pg_url, max_size=1) as saver:
-            blocked = Query("SELECT pg_advisory_xact_lock(7402)", {}, prepare=True)
+            blocked = Query("SELECT pg_advisory_xact_lock(7402)", {}, prepare=coalesced)
             waiting = asyncio.ensure_future(saver._arun(single(blocked)))
             while not (
                 await (
@@ -451,12 +456,62 @@ async def test_a_cancelled_request_leaves_its_connection_usable(pg_url: str) -> 
             waiting.cancel()
             with pytest.raises(asyncio.CancelledError):
                 await waiting
+            if coalesced:
+                await holder.execute("SELECT pg_advisory_unlock(7402)")
             hot = Query("SELECT %(n)s::int", {"n": 7}, prepare=True)
             assert await saver._arun(single(hot)) == [(7,)]
             assert await saver._arun(single(Query("SELECT %(n)s::int", {"n": 8}))) == [(8,)]
             assert await saver._arun(single(Query("SELECT 9", None))) == [(9,)]
     finally:
         await holder.close()
+
+
+async def test_coalesced_requests_are_each_their_own_transaction(pg_url: str) -> None:
+    """Hot requests sent together share a connection and a round trip
+    (_coalesce.py), each with its own Sync: one that fails rolls back alone,
+    the others commit, and each caller gets its own answer."""
+    from langgraph_colosseum import _driver
+    from langgraph_colosseum._core.io import Query, single
+
+    def hot(*queries: Query) -> Transaction:
+        return Transaction(tuple(q._replace(prepare=True) for q in queries))
+
+    sizes: list[int] = []
+    batch = _driver.alean_batch
+
+    async def counted(conn, requests):  # a hook: how many requests each round trip carried
+        sizes.append(len(requests))
+        return await batch(conn, requests)
+
+    _driver.alean_batch = counted
+    try:
+        async with AsyncColosseumSaver.from_conn_string(pg_url, max_size=1) as saver:
+            await saver._arun(single(Query("DROP TABLE IF EXISTS coalesce_probe", fetch=False)))
+            await saver._arun(single(Query("CREATE TABLE coalesce_probe (n int)", fetch=False)))
+
+            def insert(n: int) -> Query:
+                return Query("INSERT INTO coalesce_probe VALUES (%(n)s)", {"n": n}, fetch=False)
+
+            def count(n: int) -> Query:
+                return Query("SELECT count(*) FROM coalesce_probe WHERE n = %(n)s", {"n": n})
+
+            outcomes = await asyncio.gather(
+                saver._arun(single(hot(insert(1), count(1)))),
+                saver._arun(single(hot(insert(2), Query("SELECT 1 / %(z)s", {"z": 0})))),
+                saver._arun(single(hot(insert(3), count(3)))),
+                return_exceptions=True,
+            )
+            assert sizes == [3]
+            assert outcomes[0] == [None, [(1,)]]
+            assert isinstance(outcomes[1], psycopg.errors.DivisionByZero)
+            assert outcomes[2] == [None, [(1,)]]
+            stored = await saver._arun(
+                single(Query("SELECT array_agg(n ORDER BY n) FROM coalesce_probe"))
+            )
+            assert stored == [([1, 3],)]
+            await saver._arun(single(Query("DROP TABLE coalesce_probe", fetch=False)))
+    finally:
+        _driver.alean_batch = batch
 
 
 def test_deallocated_statements_are_prepared_again(pg_url: str) -> None:

@@ -70,11 +70,26 @@ def reply_lost(pg_url: str, fragment: str) -> Iterator[list[int]]:
             raise AssertionError("the terminated connection answered")
         return result
 
+    # The asyncio saver's hot requests share round trips (_coalesce.py): the
+    # batch that carries the request loses its connection, so all of it is retried.
+    async_batch = _driver.alean_batch
+
+    async def alean_batch(conn: psycopg.AsyncConnection, batch: list) -> Any:
+        outcomes = await async_batch(conn, batch)
+        if not killed and any(fragment in _sql(request) for request, _ in batch):
+            killed.append(conn.info.backend_pid)
+            _kill(pg_url, killed[0])
+            await conn.execute("SELECT 1")
+            raise AssertionError("the terminated connection answered")
+        return outcomes
+
     _driver._perform, _driver._aperform = perform, aperform
+    _driver.alean_batch = alean_batch
     try:
         yield killed
     finally:
         _driver._perform, _driver._aperform = sync_perform, async_perform
+        _driver.alean_batch = async_batch
 
 
 def rows(pg_url: str, sql: str, *params: Any) -> list[tuple]:
@@ -224,7 +239,7 @@ def test_a_step_whose_write_reply_was_lost_is_stored_once(
 async def test_a_step_whose_write_reply_was_lost_is_stored_once_async(
     asaver: AsyncColosseumSaver, pg_url: str, lost: str
 ) -> None:
-    """The same through the asyncio saver."""
+    """The same through the asyncio saver, whose writes share round trips."""
     graph = counter_graph(asaver)
     with reply_lost(pg_url, lost) as killed:
         await graph.ainvoke({"total": 0, "log": []}, thread("step-async"))
