@@ -17,11 +17,12 @@ from langgraph.graph import END, START, StateGraph
 from langgraph.types import Command, interrupt
 from typing_extensions import TypedDict
 
-from langgraph_colosseum import ColosseumSaver
+from langgraph_colosseum import ColosseumSaver, Encryption
 from langgraph_colosseum._core import multitask
 from langgraph_colosseum._core.io import Query
 from langgraph_colosseum.errors import RunInterruptedError, RunRolledBackError
 from tests.conftest import truncate
+from tests.integration.test_encryption import KEY_1
 from tests.integration.test_guards import Once, new_thread, worker
 
 WAIT = 60.0
@@ -376,3 +377,85 @@ def test_the_stopped_runs_caller_is_told_what_stopped_it_whenever_it_is_refused(
         assert second.runs.get(first_id).status == final
         kept = {"rollback": [], "interrupt": ["qa"]}[strategy]
         assert result["messages"] == ["q0", "q0:answer", *kept, "qb", "qb:answer"]
+
+
+def stepped_graph(saver: Any, holds: dict[str, tuple[threading.Event, threading.Event]]) -> Any:
+    """START -> think -> answer -> END; the node `n` of message `m` with
+    f"{m}:{n}" in `holds` sets its first event and waits for its second."""
+
+    def node(name: str) -> Any:
+        def step(state: Chat) -> dict:
+            msg = state["messages"][-1].split(":")[0]
+            if f"{msg}:{name}" in holds:
+                entered, release = holds[f"{msg}:{name}"]
+                entered.set()
+                release.wait(WAIT)
+            return {"messages": [f"{msg}:{name}"]}
+
+        return step
+
+    builder = StateGraph(Chat)
+    builder.add_node("think", node("think"))
+    builder.add_node("answer", node("answer"))
+    builder.add_edge(START, "think")
+    builder.add_edge("think", "answer")
+    builder.add_edge("answer", END)
+    return builder.compile(checkpointer=saver)
+
+
+def set_by_callers(saver: Any, thread_id: str) -> dict[str, Any]:
+    """The thread's registry metadata but `run_id`, which each run's puts set
+    (LangGraph copies it from `configurable`; rollback restores it like the rest)."""
+    return {k: v for k, v in saver.threads.get(thread_id).metadata.items() if k != "run_id"}
+
+
+@pytest.mark.parametrize("hot", [False, True], ids=["postgres", "redis"])
+@pytest.mark.parametrize("encrypted", [False, True], ids=["plain", "encrypted"])
+@pytest.mark.parametrize("again", [False, True], ids=["run-other", "run-other-run"])
+def test_a_rollback_keeps_a_key_someone_else_set_after_the_run_did(
+    pg_url: str, hot: bool, encrypted: bool, again: bool
+) -> None:
+    """The thread after a rollback is the thread before the stopped run plus
+    what others did meanwhile. The run sets `topic` (its config metadata, at
+    its first put); then threads.update sets `topic` too: that value is the
+    last one someone other than the run set, and it stays. With `again`, the
+    run sets `topic` once more after that (its next put): undoing the run
+    still leaves the update's value, not the value from before the run. Its
+    keys nobody else touched go back as they were (`lang`) or go (`mood`), and
+    a key only the update set stays (`owner`). Encrypted metadata is sealed
+    key by key, each time anew: nothing here compares values."""
+    truncate(pg_url)
+    thread_id = new_thread("meta-both")
+    holds = {m: (threading.Event(), threading.Event()) for m in ("qa:think", "qa:answer")}
+    config = {"configurable": {"thread_id": thread_id}}
+    a_sets = {"topic": "from-a", "lang": "fr", "mood": "from-a"}
+    options = {"encryption": Encryption({"k1": KEY_1})} if encrypted else {}
+    with worker(pg_url, hot=hot, **options) as saver:
+        runs = saver.runs(stepped_graph(saver, holds), "rollback")
+        before = {"topic": "zero", "lang": "en"}
+        runs.invoke({"messages": ["q0"]}, {**config, "metadata": before}, durability="sync")
+        outcome: list[Any] = []
+        a = in_thread(
+            lambda: runs.invoke(
+                {"messages": ["qa"]}, {**config, "metadata": a_sets}, durability="sync"
+            ),
+            outcome,
+        )
+        assert holds["qa:think"][0].wait(WAIT)
+        assert set_by_callers(saver, thread_id) == a_sets
+        saver.threads.update(thread_id, metadata={"topic": "from-bob", "owner": "bob"})
+        if again:  # the run's next put sets `topic` again
+            holds["qa:think"][1].set()
+            assert holds["qa:answer"][0].wait(WAIT)
+            assert saver.threads.get(thread_id).metadata["topic"] == "from-a"
+            if encrypted:  # the value the run replaced is kept sealed
+                assert traces(pg_url, thread_id, "from-bob") == []
+        result = runs.invoke({"messages": ["qb"]}, config, durability="sync")
+        for hold in holds.values():
+            hold[1].set()
+        a.join(WAIT)
+        assert isinstance(outcome[0], RunRolledBackError), outcome
+        assert result["messages"] == ["q0", "q0:think", "q0:answer", "qb", "qb:think", "qb:answer"]
+        metadata = set_by_callers(saver, thread_id)
+        assert metadata == {"topic": "from-bob", "lang": "en", "owner": "bob"}, metadata
+        assert traces(pg_url, thread_id, "from-a") == []
