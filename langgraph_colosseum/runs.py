@@ -25,13 +25,11 @@ from functools import partial
 from typing import TYPE_CHECKING, Any
 
 from langchain_core.runnables import RunnableConfig
-from langgraph._internal._config import ensure_config
 
 from langgraph_colosseum._core import multitask as ops
 from langgraph_colosseum._core import threads as thread_ops
 from langgraph_colosseum._core.guard import RUN_OWNER, RunFence
 from langgraph_colosseum._core.multitask import MultitaskStrategy, RunInfo
-from langgraph_colosseum._core.store import registry_metadata
 from langgraph_colosseum._leases import arenewing, renewing
 from langgraph_colosseum.errors import ColosseumError, InvalidConfigError, RunNotFoundError
 
@@ -161,13 +159,10 @@ class GraphRuns:
         # (the run_id column, which rollback's delete_for_runs finds them by),
         # and it stays out of the thread's registry metadata.
         config["configurable"] = {**config["configurable"], "run_id": str(run_id)}
-        # The registry keys its puts will merge, from its config as the graph
-        # will see it (the graph's own config under the call's, as Pregel merges).
-        merged = ensure_config(getattr(self.graph, "config", None), config)
         start = ops.start(
             self.saver._store, str(thread_id), str(run_id),
             ops.checked_strategy(strategy or self.multitask_strategy), holder(),
-            self._lease, self._queue_timeout, list(registry_metadata(merged)),
+            self._lease, self._queue_timeout,
         )  # fmt: skip
         return config, str(thread_id), str(run_id), start
 

@@ -51,6 +51,7 @@ LEDGER_LIFE = "tests/integration/test_ledger_lifecycle.py"
 LATE_HEADS = "tests/integration/test_late_heads.py"
 LOST_REPLIES = "tests/integration/test_lost_replies.py"
 RETENTION = "tests/integration/test_retention.py"
+KEEPS = f"{RUNS_STOPPED}::test_a_rollback_keeps_a_key_someone_else_set_after_the_run_did"
 
 
 @dataclass(frozen=True)
@@ -481,15 +482,6 @@ GUARDS: list[Guard] = [
         tests=(f"{RUNS_STOPPED}::test_a_cancelled_waiter_never_runs",),
     ),
     Guard(
-        name="runs: a rollback restores the thread as the stopped run found it after its own rollbacks",
-        file="langgraph_colosseum/_core/multitask.py",
-        original="UPDATE colosseum_runs r SET metadata_before = t.metadata",
-        mutant="UPDATE colosseum_runs r SET metadata_before = r.metadata_before",
-        tests=(
-            f"{RUNS_STOPPED}::test_a_rollback_of_a_rollback_does_not_bring_back_what_the_first_removed",
-        ),
-    ),
-    Guard(
         name="runs: the caller of a run stopped by rollback is told so before the rollback is done",
         file="langgraph_colosseum/_core/multitask.py",
         original="SELECT CASE WHEN {_ROLLBACK_DUE} THEN 'rolled_back' ELSE r.status END AS status,",
@@ -533,7 +525,10 @@ GUARDS: list[Guard] = [
     Guard(
         name="rekey: a registry row is re-sealed only as it was read (a merge meanwhile)",
         file="langgraph_colosseum/_core/sql.py",
-        original="  AND metadata::text = %(old_metadata)s AND state_values::text = %(old_values)s",
+        original=(
+            "  AND metadata::text = %(old_metadata)s AND state_values::text = %(old_values)s\n"
+            "  AND metadata_undo::text = %(old_undo)s"
+        ),
         mutant="",
         tests=(f"{ENCRYPTION_TESTS}::test_rekey_leaves_rows_a_writer_changed_meanwhile[postgres]",),
     ),
@@ -588,11 +583,54 @@ GUARDS: list[Guard] = [
         ),
     ),
     Guard(
-        name="rollback: only the stopped run's registry metadata keys are restored",
+        name="rollback: only the keys the stopped run set last are put back",
         file="langgraph_colosseum/_core/multitask.py",
-        original="    WHEN run.keys IS NULL THEN run.before\n",
-        mutant="    WHEN true THEN run.before\n",
-        tests=(f"{RUNS_STOPPED}::test_a_rollback_keeps_registry_metadata_set_by_others_meanwhile",),
+        original="    WHERE t.thread_id = %(thread_id)s AND u.value -> 't' = to_jsonb(run.token)\n",
+        mutant="    WHERE t.thread_id = %(thread_id)s\n",
+        tests=(
+            f"{RUNS_STOPPED}::test_a_rollback_keeps_registry_metadata_set_by_others_meanwhile",
+            f"{KEEPS}[run-other-plain-postgres]",
+        ),
+    ),
+    Guard(
+        name="rollback: older code rolling back a newer run leaves the registry metadata",
+        file="langgraph_colosseum/_core/multitask.py",
+        original="           clock_timestamp(), '{}'\n",
+        mutant="           clock_timestamp(), NULL\n",
+        tests=(
+            "tests/integration/test_schema.py::"
+            "test_older_code_rolling_back_a_newer_run_leaves_the_registry_metadata",
+        ),
+    ),
+    Guard(
+        name="rollback: a key threads.update set is no run's to put back",
+        file="langgraph_colosseum/_core/threads.py",
+        original=(
+            "    metadata_undo = t.metadata_undo - ARRAY(SELECT jsonb_object_keys(%(metadata)s::jsonb)),\n"
+        ),
+        mutant="",
+        tests=(f"{KEEPS}[run-other-plain-postgres]", f"{KEEPS}[run-other-run-encrypted-redis]"),
+    ),
+    Guard(
+        name="rollback: a run setting its own key again keeps what the key held before it",
+        file="langgraph_colosseum/_core/sql.py",
+        original=(
+            "                WHERE t.metadata_undo -> k.key -> 't'\n"
+            "                      IS DISTINCT FROM to_jsonb(%(run_token)s::bigint)), '{{}}')"
+        ),
+        mutant="), '{{}}')",
+        tests=(f"{KEEPS}[run-other-plain-postgres]",),
+    ),
+    Guard(
+        name="rollback: a key a put outside any run set is no run's to put back",
+        file="langgraph_colosseum/_core/sql.py",
+        original=(
+            "            THEN t.metadata_undo - ARRAY(SELECT jsonb_object_keys(EXCLUDED.metadata))\n"
+        ),
+        mutant="            THEN t.metadata_undo\n",
+        tests=(
+            f"{RUNS_STOPPED}::test_a_rollback_keeps_a_key_a_put_outside_any_run_set_after_the_run_did",
+        ),
     ),
     Guard(
         name="on_conflict: a put continues only from the head",
@@ -725,8 +763,9 @@ GUARDS: list[Guard] = [
         name="threads.update: an update, never an insert (a deleted thread stays deleted)",
         file="langgraph_colosseum/_core/threads.py",
         original=(
-            "UPDATE colosseum_threads AS t SET metadata = t.metadata || %(metadata)s::jsonb, "
-            "updated_at = now()\nWHERE t.thread_id = %(thread_id)s\n"
+            "UPDATE colosseum_threads AS t\nSET metadata = t.metadata || %(metadata)s::jsonb,\n"
+            "    metadata_undo = t.metadata_undo - ARRAY(SELECT jsonb_object_keys(%(metadata)s::jsonb)),\n"
+            "    updated_at = now()\nWHERE t.thread_id = %(thread_id)s\n"
         ),
         mutant=(
             "INSERT INTO colosseum_threads AS t (thread_id, metadata) "

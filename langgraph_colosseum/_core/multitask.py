@@ -22,7 +22,8 @@ The four `multitask_strategy` values are four ways of taking the thread:
   run's record says `interrupted` and who stopped it.
 * `rollback`: as `interrupt`, then `delete_for_runs` on the stopped run
   (tombstones: its content is never readable again, Redis heads included)
-  and the registry metadata it changed is restored, before the new run
+  and the registry metadata keys it set last are put back as they were
+  before it set them (`colosseum_threads.metadata_undo`), before the new run
   writes anything.
 
 Taking the thread locks its row FOR UPDATE (as run_guard's ACQUIRE does),
@@ -100,7 +101,7 @@ LOCK_THREAD = "SELECT 1 FROM colosseum_threads WHERE thread_id = %(thread_id)s F
 # was refused as busy, and the thread stayed held until its lease lapsed).
 TAKE = """
 WITH thread AS (
-    SELECT run_owner, run_token, run_lease_until, metadata FROM colosseum_threads
+    SELECT run_owner, run_token, run_lease_until FROM colosseum_threads
     WHERE thread_id = %(thread_id)s
 ),
 me AS (
@@ -143,16 +144,19 @@ stopped AS (
       AND r.run_id = thread.run_owner AND r.status = 'running'
     RETURNING r.run_id, r.status
 ),
+-- metadata_keys, empty: a process of older code (before schema 12) that rolls
+-- this run back puts back the keys listed there, none, where for NULL it would
+-- put back its whole snapshot of the registry metadata, which this code no
+-- longer takes (what a rollback puts back is in colosseum_threads.metadata_undo).
 mine AS (
     INSERT INTO colosseum_runs AS r
-        (thread_id, run_id, strategy, status, holder, token, started_at, metadata_before,
-         metadata_keys)
+        (thread_id, run_id, strategy, status, holder, token, started_at, metadata_keys)
     SELECT %(thread_id)s, %(run_id)s, %(strategy)s, 'running', %(holder)s, taken.run_token,
-           clock_timestamp(), thread.metadata, %(metadata_keys)s::text[]
-    FROM taken, thread
+           clock_timestamp(), '{}'
+    FROM taken
     ON CONFLICT (thread_id, run_id) DO UPDATE
     SET status = 'running', token = EXCLUDED.token, started_at = clock_timestamp(), lease_until = NULL,
-        metadata_before = EXCLUDED.metadata_before, metadata_keys = EXCLUDED.metadata_keys
+        metadata_keys = EXCLUDED.metadata_keys
 ),
 waiting AS (
     UPDATE colosseum_runs SET lease_until = now() + make_interval(secs => %(lease)s)
@@ -165,25 +169,29 @@ SELECT coalesce((SELECT run_token FROM taken), (SELECT run_token FROM again)),
 """
 
 # After delete_for_runs removed the stopped run's rows: the registry metadata
-# keys it merged go back to what they were when it started (a key it did not
-# merge is someone else's, set meanwhile with threads.update, and stays). A
-# run recorded without its keys (before migration 9) gets the whole snapshot.
+# keys whose last setter was the stopped run (their metadata_undo entry holds
+# its token, see sql.py's put) go back to what they held before it set them,
+# or go if they were not there. A key someone else set after the run did
+# (threads.update) is not the run's any more and keeps their value, also
+# when the run set it again later: then what it held before is their value.
+# Nothing compares values: encrypted ones are sealed anew at each write.
 ROLLED_BACK = """
 WITH run AS (
     UPDATE colosseum_runs SET status = 'rolled_back'
     WHERE thread_id = %(thread_id)s AND run_id = %(stopped)s
       AND status IN ('interrupted', 'error')
-    RETURNING coalesce(metadata_before, '{}'::jsonb) AS before, metadata_keys AS keys
+    RETURNING token
+),
+undone AS (
+    SELECT u.key, u.value FROM colosseum_threads t, run, jsonb_each(t.metadata_undo) AS u
+    WHERE t.thread_id = %(thread_id)s AND u.value -> 't' = to_jsonb(run.token)
 )
 UPDATE colosseum_threads t
-SET metadata = CASE
-    WHEN run.keys IS NULL THEN run.before
-    ELSE (t.metadata - run.keys)
-         || coalesce((SELECT jsonb_object_agg(b.key, b.value) FROM jsonb_each(run.before) AS b
-                      WHERE b.key = ANY(run.keys)), '{}'::jsonb)
-END
-FROM run
-WHERE t.thread_id = %(thread_id)s
+SET metadata = (t.metadata - ARRAY(SELECT key FROM undone))
+               || coalesce((SELECT jsonb_object_agg(key, value -> 'v') FROM undone
+                            WHERE value ? 'v'), '{}'::jsonb),
+    metadata_undo = t.metadata_undo - ARRAY(SELECT key FROM undone)
+WHERE t.thread_id = %(thread_id)s AND EXISTS (SELECT 1 FROM undone)
 """
 
 # A run `r` stopped by a run whose strategy is rollback, not yet rolled back.
@@ -198,20 +206,12 @@ _ROLLBACK_DUE = """r.status IN ('interrupted', 'error') AND EXISTS (
 # Runs a rollback stopped whose rows may still be there: the one this run
 # stopped, and those of a rollback that was itself stopped (or died) before it
 # finished deleting. Whoever holds the thread next finishes the job before it
-# reads the state, newest first, so the oldest run's metadata is restored last.
+# reads the state, newest first (of two, only the oldest can have written: a
+# run writes once its own start has finished the rollbacks due).
 ROLLBACKS_DUE = f"""
 SELECT r.run_id FROM colosseum_runs r
 WHERE r.thread_id = %(thread_id)s AND {_ROLLBACK_DUE}
 ORDER BY r.seq DESC
-"""
-
-# After the rollbacks due are done, in their transaction: what a rollback of
-# this run restores is the thread as this run found it once they were done,
-# not as TAKE saw it (that still held the metadata of the runs rolled back).
-FOUND_METADATA = """
-UPDATE colosseum_runs r SET metadata_before = t.metadata
-FROM colosseum_threads t
-WHERE r.thread_id = %(thread_id)s AND r.run_id = %(run_id)s AND t.thread_id = r.thread_id
 """
 
 GIVE_UP = """
@@ -353,7 +353,6 @@ def start(
     holder: str,
     lease_seconds: float,
     queue_timeout: float | None,
-    metadata_keys: Sequence[str] = (),
 ) -> Operation[int]:
     """Take `thread_id` for run `run_id` under `strategy`; its fencing token.
 
@@ -369,8 +368,6 @@ def start(
         "lease": lease_seconds,
         "steal": strategy in ("interrupt", "rollback"),
         "lapsed": LEASE_LAPSED,
-        # what a rollback of this run restores (ROLLED_BACK)
-        "metadata_keys": list(metadata_keys),
     }
     take = Transaction(
         (
@@ -426,7 +423,6 @@ def start(
                     Query(ROLLED_BACK, {"thread_id": thread_id, "stopped": run}, fetch=False)
                     for run in rolled_back
                 ),
-                Query(FOUND_METADATA, {"thread_id": thread_id, "run_id": run_id}, fetch=False),
             )
         )
     if due or stopped is not None or again:

@@ -215,17 +215,20 @@ def _registry(codec: ValueCodec, batch_size: int, encrypt_plaintext: bool) -> Op
     plaintext where it is to be sealed."""
 
     def update(row: tuple) -> Query | None:
-        thread_id, metadata, values = row
+        thread_id, metadata, values, undo = row
         new_metadata = _reseal_object(codec, thread_id, "metadata", metadata, encrypt_plaintext)
         new_values = _reseal_object(codec, thread_id, "values", values, encrypt_plaintext)
-        if new_metadata is None and new_values is None:
+        new_undo = _reseal_undo(codec, thread_id, undo, encrypt_plaintext)
+        if new_metadata is None and new_values is None and new_undo is None:
             return None
         params = {
             "thread_id": thread_id,
             "metadata": new_metadata or metadata,
             "values": new_values or values,
+            "undo": new_undo or undo,
             "old_metadata": metadata,
             "old_values": values,
+            "old_undo": undo,
         }
         return Query(sql.REKEY_UPDATE_REGISTRY, params, fetch=False)
 
@@ -238,6 +241,25 @@ def _registry(codec: ValueCodec, batch_size: int, encrypt_plaintext: bool) -> Op
             update,
         )
     )
+
+
+def _reseal_undo(
+    codec: ValueCodec, thread_id: str, text: str, encrypt_plaintext: bool
+) -> str | None:
+    """The registry's metadata_undo with the values it keeps re-sealed, or None.
+
+    Each value is one a rollback puts back under its key, so it is sealed as
+    the registry metadata of that key is."""
+    undo = orjson.loads(text)
+    kept = {key: entry["v"] for key, entry in undo.items() if "v" in entry}
+    resealed = _reseal_object(
+        codec, thread_id, "metadata", orjson.dumps(kept).decode(), encrypt_plaintext
+    )
+    if resealed is None:
+        return None
+    for key, value in orjson.loads(resealed).items():
+        undo[key]["v"] = value
+    return orjson.dumps(undo).decode()
 
 
 def _run_metadata(codec: ValueCodec, batch_size: int, encrypt_plaintext: bool) -> Operation[int]:

@@ -277,6 +277,30 @@ MIGRATIONS: list[str] = [
         epoch     bigint NOT NULL
     );
     """,
+    # 12: who set each registry metadata key last, and what that replaced:
+    # {key: {"t": token, "v": value}} for a key a run's put set last (the
+    # token it writes under; "v" absent: the key was not there), none for a
+    # key someone else set last (threads.update, an unfenced put). `rollback`
+    # puts back the stopped run's entries alone, so a key others set after the
+    # run did keeps their value (before, a snapshot taken when the run started
+    # was put back, colosseum_runs.metadata_before). The run holding a thread
+    # now gets its entries from that snapshot, so its rollback restores as
+    # before.
+    """
+    ALTER TABLE colosseum_threads
+        ADD COLUMN IF NOT EXISTS metadata_undo jsonb NOT NULL DEFAULT '{}';
+    UPDATE colosseum_threads t
+    SET metadata_undo = (
+        SELECT coalesce(jsonb_object_agg(k.key, CASE
+                   WHEN r.metadata_before ? k.key
+                   THEN jsonb_build_object('t', r.token, 'v', r.metadata_before -> k.key)
+                   ELSE jsonb_build_object('t', r.token) END), '{}')
+        FROM unnest(coalesce(r.metadata_keys,
+                             ARRAY(SELECT jsonb_object_keys(t.metadata)))) AS k(key))
+    FROM colosseum_runs r
+    WHERE r.thread_id = t.thread_id AND r.run_id = t.run_owner AND r.token = t.run_token
+      AND r.status = 'running' AND r.metadata_before IS NOT NULL;
+    """,
 ]
 
 LATEST_VERSION = len(MIGRATIONS)

@@ -498,6 +498,23 @@ registry AS (
                  AND EXCLUDED.head_checkpoint_id >= coalesce(t.head_checkpoint_id, '')
             THEN EXCLUDED.status_checkpoint_id ELSE t.status_checkpoint_id END,
         metadata = t.metadata || EXCLUDED.metadata,
+        -- Who set each key last (schema migration 12), for `rollback`: a run's
+        -- put makes the key its own and keeps what the key held before, unless
+        -- the key is its own already (what it held before the run stays); a
+        -- put outside any run sets it for nobody a rollback would undo.
+        metadata_undo = CASE
+            WHEN EXCLUDED.metadata = '{{}}'::jsonb THEN t.metadata_undo
+            WHEN %(run_token)s::bigint IS NULL
+            THEN t.metadata_undo - ARRAY(SELECT jsonb_object_keys(EXCLUDED.metadata))
+            ELSE t.metadata_undo || coalesce((
+                SELECT jsonb_object_agg(k.key, CASE
+                    WHEN t.metadata ? k.key
+                    THEN jsonb_build_object('t', %(run_token)s::bigint, 'v', t.metadata -> k.key)
+                    ELSE jsonb_build_object('t', %(run_token)s::bigint) END)
+                FROM jsonb_object_keys(EXCLUDED.metadata) AS k(key)
+                WHERE t.metadata_undo -> k.key -> 't'
+                      IS DISTINCT FROM to_jsonb(%(run_token)s::bigint)), '{{}}')
+            END,
         state_values = CASE WHEN EXCLUDED.head_checkpoint_id >= coalesce(t.head_checkpoint_id, '')
                             THEN (t.state_values - %(values_del)s::text[]) || EXCLUDED.state_values
                             ELSE t.state_values END,
@@ -1323,13 +1340,16 @@ WHERE thread_id = %(k0)s AND checkpoint_ns = %(k1)s AND checkpoint_id = %(k2)s
 # The registry, every row in thread order (keyset pages): which of its keys
 # must be sealed is decided per key in Python.
 REKEY_SELECT_REGISTRY = """
-SELECT thread_id, metadata::text, state_values::text FROM colosseum_threads
+SELECT thread_id, metadata::text, state_values::text, metadata_undo::text FROM colosseum_threads
 WHERE thread_id > %(after)s ORDER BY thread_id LIMIT %(limit)s
 """
 REKEY_UPDATE_REGISTRY = """
-UPDATE colosseum_threads SET metadata = %(metadata)s::jsonb, state_values = %(values)s::jsonb
+UPDATE colosseum_threads
+SET metadata = %(metadata)s::jsonb, state_values = %(values)s::jsonb,
+    metadata_undo = %(undo)s::jsonb
 WHERE thread_id = %(thread_id)s
   AND metadata::text = %(old_metadata)s AND state_values::text = %(old_values)s
+  AND metadata_undo::text = %(old_undo)s
 """
 # The tool ledger, every row in key order (keyset pages), as the registry.
 REKEY_SELECT_LEDGER = """

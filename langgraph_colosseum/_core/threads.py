@@ -59,8 +59,13 @@ STATUSES = ("idle", "busy", "interrupted", "error")
 # (never written, or deleted) is not made by it (ThreadNotFoundError). An
 # update racing delete_thread waits for the row the delete holds and, once the
 # delete commits, finds none: it writes nothing without a lock of its own.
+# The keys it sets are no run's any more (metadata_undo): a rollback of the run
+# that set them before leaves them as this update left them.
 UPDATE = f"""
-UPDATE colosseum_threads AS t SET metadata = t.metadata || %(metadata)s::jsonb, updated_at = now()
+UPDATE colosseum_threads AS t
+SET metadata = t.metadata || %(metadata)s::jsonb,
+    metadata_undo = t.metadata_undo - ARRAY(SELECT jsonb_object_keys(%(metadata)s::jsonb)),
+    updated_at = now()
 WHERE t.thread_id = %(thread_id)s
 RETURNING {_THREAD_COLUMNS}
 """

@@ -555,20 +555,23 @@ def test_a_failed_runs_record_keeps_no_plaintext_message(pg_url: str, mode: str)
         saver.put({"configurable": {"thread_id": "run-fail"}}, empty_checkpoint(), {"step": -1}, {})
         saver.threads.update("run-fail", metadata={"team": SECRET})
         runs = saver.runs(builder.compile(checkpointer=saver))
+        # The run sets `team` too: the value it replaced is kept for a rollback.
+        config = {"configurable": {"thread_id": "run-fail"}, "metadata": {"team": "runs"}}
         with pytest.raises(ValueError, match=SECRET):
-            runs.invoke({"note": SECRET}, {"configurable": {"thread_id": "run-fail"}})
+            runs.invoke({"note": SECRET}, config)
         (record,) = saver.runs.list("run-fail")
         assert record.status == "error" and record.error.startswith("ValueError")
 
-    def runs_text() -> str:
+    def text_of(query: str) -> str:
         with psycopg.connect(pg_url) as conn:
-            rows = conn.execute("SELECT r::text FROM colosseum_runs r").fetchall()
-            return repr(rows).replace('""', '"')
+            return repr(conn.execute(query).fetchall()).replace('""', '"')
 
-    assert SECRET not in runs_text() and '"k": "k1"' in runs_text()  # metadata_before
+    assert SECRET not in text_of("SELECT r::text FROM colosseum_runs r")
     assert SECRET not in _database_text(pg_url)
+    undo = "SELECT metadata_undo::text FROM colosseum_threads"
+    assert '"k": "k1"' in text_of(undo) and SECRET not in text_of(undo)
     # The registry metadata a rollback would restore moves to a new key with the rest.
     both = Encryption({"k2": KEY_2, "k1": KEY_1}, searchable_metadata=["user_id"])
     with open_saver(pg_url, mode, both) as saver:
         assert saver.rekey() > 0
-    assert '"k": "k1"' not in runs_text() and '"k": "k2"' in runs_text()
+    assert '"k": "k1"' not in text_of(undo) and '"k": "k2"' in text_of(undo)

@@ -9,6 +9,7 @@ from __future__ import annotations
 import operator
 import threading
 import uuid
+from datetime import timedelta
 from typing import Annotated, Any
 
 import psycopg
@@ -22,7 +23,7 @@ from langgraph_colosseum._core import multitask
 from langgraph_colosseum._core.io import Query
 from langgraph_colosseum.errors import RunInterruptedError, RunRolledBackError
 from tests.conftest import truncate
-from tests.integration.test_encryption import KEY_1
+from tests.integration.test_encryption import KEY_1, KEY_2
 from tests.integration.test_guards import Once, new_thread, worker
 
 WAIT = 60.0
@@ -421,8 +422,9 @@ def test_a_rollback_keeps_a_key_someone_else_set_after_the_run_did(
     last one someone other than the run set, and it stays. With `again`, the
     run sets `topic` once more after that (its next put): undoing the run
     still leaves the update's value, not the value from before the run. Its
-    keys nobody else touched go back as they were (`lang`) or go (`mood`), and
-    a key only the update set stays (`owner`). Encrypted metadata is sealed
+    keys nobody else touched go back as they were (`lang`) or go (`mood`); a
+    key only the update set stays (`owner`), and so does one only the run
+    before set (`since`). Encrypted metadata is sealed
     key by key, each time anew: nothing here compares values."""
     truncate(pg_url)
     thread_id = new_thread("meta-both")
@@ -432,7 +434,7 @@ def test_a_rollback_keeps_a_key_someone_else_set_after_the_run_did(
     options = {"encryption": Encryption({"k1": KEY_1})} if encrypted else {}
     with worker(pg_url, hot=hot, **options) as saver:
         runs = saver.runs(stepped_graph(saver, holds), "rollback")
-        before = {"topic": "zero", "lang": "en"}
+        before = {"topic": "zero", "lang": "en", "since": "q0"}
         runs.invoke({"messages": ["q0"]}, {**config, "metadata": before}, durability="sync")
         outcome: list[Any] = []
         a = in_thread(
@@ -442,7 +444,7 @@ def test_a_rollback_keeps_a_key_someone_else_set_after_the_run_did(
             outcome,
         )
         assert holds["qa:think"][0].wait(WAIT)
-        assert set_by_callers(saver, thread_id) == a_sets
+        assert set_by_callers(saver, thread_id) == {**a_sets, "since": "q0"}
         saver.threads.update(thread_id, metadata={"topic": "from-bob", "owner": "bob"})
         if again:  # the run's next put sets `topic` again
             holds["qa:think"][1].set()
@@ -457,5 +459,79 @@ def test_a_rollback_keeps_a_key_someone_else_set_after_the_run_did(
         assert isinstance(outcome[0], RunRolledBackError), outcome
         assert result["messages"] == ["q0", "q0:think", "q0:answer", "qb", "qb:think", "qb:answer"]
         metadata = set_by_callers(saver, thread_id)
-        assert metadata == {"topic": "from-bob", "lang": "en", "owner": "bob"}, metadata
+        assert metadata == {"topic": "from-bob", "lang": "en", "since": "q0", "owner": "bob"}
         assert traces(pg_url, thread_id, "from-a") == []
+
+
+def test_a_rollback_keeps_a_key_a_put_outside_any_run_set_after_the_run_did(
+    pg_url: str,
+) -> None:
+    """A put made outside any run (a plain graph.invoke, once the run's lease
+    has lapsed and the fence lets it write) that sets a key the run set makes
+    it no longer the run's: the rollback of the run leaves it as that put left it."""
+    truncate(pg_url)
+    thread_id = new_thread("meta-plain")
+    holds = {"qa:think": (threading.Event(), threading.Event())}
+    config = {"configurable": {"thread_id": thread_id}}
+    with worker(pg_url, hot=False) as saver:
+        graph = stepped_graph(saver, holds)
+        # A lease nobody renews during the test: its lapse is set below, by hand.
+        runs = saver.runs(graph, "rollback", lease=timedelta(hours=1))
+        runs.invoke({"messages": ["q0"]}, {**config, "metadata": {"topic": "zero"}})
+        outcome: list[Any] = []
+        a = in_thread(
+            lambda: runs.invoke(
+                {"messages": ["qa"]}, {**config, "metadata": {"topic": "from-a"}}, durability="sync"
+            ),
+            outcome,
+        )
+        assert holds["qa:think"][0].wait(WAIT)
+        with psycopg.connect(pg_url, autocommit=True) as conn:
+            conn.execute(
+                "UPDATE colosseum_threads SET run_lease_until = now() - interval '1 second' "
+                "WHERE thread_id = %s",
+                (thread_id,),
+            )
+        graph.invoke({"messages": ["qp"]}, {**config, "metadata": {"topic": "plain"}})
+        runs.invoke({"messages": ["qb"]}, config)
+        holds["qa:think"][1].set()
+        a.join(WAIT)
+        assert isinstance(outcome[0], RunRolledBackError), outcome
+        assert set_by_callers(saver, thread_id) == {"topic": "plain"}
+
+
+def test_a_rollback_after_a_rekey_puts_back_values_sealed_with_the_new_key(pg_url: str) -> None:
+    """What a rollback puts back is registry metadata, sealed as it is: rekey
+    re-seals it with the registry. The run sets `topic` under key k1, rekey
+    moves everything to k2, and a saver that has only k2 rolls the run back:
+    the value from before the run reads back (no row is left under k1)."""
+    truncate(pg_url)
+    thread_id = new_thread("meta-rekey")
+    holds = {"qa:think": (threading.Event(), threading.Event())}
+    config = {"configurable": {"thread_id": thread_id}}
+    with worker(pg_url, hot=False, encryption=Encryption({"k1": KEY_1})) as old:
+        runs = old.runs(stepped_graph(old, holds), "rollback")
+        runs.invoke({"messages": ["q0"]}, {**config, "metadata": {"topic": "zero"}})
+        outcome: list[Any] = []
+        a = in_thread(
+            lambda: runs.invoke(
+                {"messages": ["qa"]}, {**config, "metadata": {"topic": "from-a"}}, durability="sync"
+            ),
+            outcome,
+        )
+        assert holds["qa:think"][0].wait(WAIT)
+        with worker(pg_url, hot=False, encryption=Encryption({"k2": KEY_2, "k1": KEY_1})) as both:
+            assert both.rekey() > 0
+        with psycopg.connect(pg_url, autocommit=True) as conn:
+            (row,) = conn.execute(
+                "SELECT metadata::text || metadata_undo::text FROM colosseum_threads "
+                "WHERE thread_id = %s",
+                (thread_id,),
+            ).fetchone()
+        assert '"k": "k2"' in row and '"k": "k1"' not in row, row
+        with worker(pg_url, hot=False, encryption=Encryption({"k2": KEY_2})) as new:
+            new.runs(stepped_graph(new, {}), "rollback").invoke({"messages": ["qb"]}, config)
+            holds["qa:think"][1].set()
+            a.join(WAIT)
+            assert isinstance(outcome[0], RunRolledBackError), outcome
+            assert set_by_callers(new, thread_id) == {"topic": "zero"}

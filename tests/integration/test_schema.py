@@ -161,3 +161,91 @@ def test_every_primary_key_starts_with_thread_id(pg_url: str) -> None:
             [threaded],
         ).fetchall()
     assert dict(rows) == dict.fromkeys(threaded, "thread_id")
+
+
+def test_upgrading_to_12_keeps_the_rollback_of_a_run_holding_a_thread(empty_db: str) -> None:
+    """Migration 12 on a database at 11 with a run under way (recorded as 11's
+    code did: the registry metadata when it started and the keys it merges).
+    Its keys get their metadata_undo entries from that record, so rolling it
+    back after the upgrade puts them back as before, and keeps a key someone
+    else set meanwhile (`owner`); a thread without a run gets no entry."""
+    from tests.integration.test_runs_stopped import held_graph
+
+    with ColosseumSaver.from_conn_string(empty_db) as saver:
+        saver.setup()
+    with psycopg.connect(empty_db, autocommit=True) as conn:  # back to what 11 made
+        conn.execute("ALTER TABLE colosseum_threads DROP COLUMN metadata_undo")
+        conn.execute("DELETE FROM colosseum_schema WHERE version = 12")
+        conn.execute(
+            "INSERT INTO colosseum_threads (thread_id, status, metadata, run_owner, run_token, "
+            "run_lease_until) VALUES ('held', 'busy', %s, 'run-a', 5, now() + interval '1 hour'), "
+            "('idle', 'idle', %s, NULL, 0, NULL)",
+            [
+                psycopg.types.json.Jsonb({"topic": "from-a", "lang": "fr", "owner": "bob"}),
+                psycopg.types.json.Jsonb({"topic": "quiet"}),
+            ],
+        )
+        conn.execute(
+            "INSERT INTO colosseum_runs (thread_id, run_id, strategy, status, holder, token, "
+            "started_at, metadata_before, metadata_keys) VALUES ('held', 'run-a', 'enqueue', "
+            "'running', 'elsewhere:1', 5, now(), %s, ARRAY['topic', 'lang'])",
+            [psycopg.types.json.Jsonb({"topic": "zero", "lang": "en"})],
+        )
+    with ColosseumSaver.from_conn_string(empty_db) as saver:
+        assert saver.setup() == schema.LATEST_VERSION
+        with psycopg.connect(empty_db) as conn:
+            undo = dict(conn.execute("SELECT thread_id, metadata_undo FROM colosseum_threads"))
+        assert undo == {
+            "held": {"topic": {"t": 5, "v": "zero"}, "lang": {"t": 5, "v": "en"}},
+            "idle": {},
+        }
+        config = {"configurable": {"thread_id": "held"}}
+        saver.runs(held_graph(saver, {}), "rollback").invoke({"messages": ["qb"]}, config)
+        assert saver.runs.get("run-a").status == "rolled_back"
+        metadata = saver.threads.get("held").metadata
+        assert {k: v for k, v in metadata.items() if k != "run_id"} == {
+            "topic": "zero",
+            "lang": "en",
+            "owner": "bob",
+        }
+
+
+# What a process of older code (schema 11's) sends when it rolls a run back.
+ROLLED_BACK_BEFORE_12 = """
+WITH run AS (
+    UPDATE colosseum_runs SET status = 'rolled_back'
+    WHERE thread_id = %(thread_id)s AND run_id = %(stopped)s
+      AND status IN ('interrupted', 'error')
+    RETURNING coalesce(metadata_before, '{}'::jsonb) AS before, metadata_keys AS keys
+)
+UPDATE colosseum_threads t
+SET metadata = CASE
+    WHEN run.keys IS NULL THEN run.before
+    ELSE (t.metadata - run.keys)
+         || coalesce((SELECT jsonb_object_agg(b.key, b.value) FROM jsonb_each(run.before) AS b
+                      WHERE b.key = ANY(run.keys)), '{}'::jsonb)
+END
+FROM run
+WHERE t.thread_id = %(thread_id)s
+"""
+
+
+def test_older_code_rolling_back_a_newer_run_leaves_the_registry_metadata(
+    empty_db: str,
+) -> None:
+    """During a rolling upgrade a process still on older code may roll back a
+    run this code recorded, which keeps no snapshot of the registry metadata:
+    that process puts back none of the run's keys, rather than emptying the
+    registry metadata (its rule for a record without keys)."""
+    from tests.integration.test_runs_stopped import held_graph
+
+    with ColosseumSaver.from_conn_string(empty_db) as saver:
+        saver.setup()
+        config = {"configurable": {"thread_id": "t"}, "run_id": str(uuid.uuid4())}
+        runs = saver.runs(held_graph(saver, {}), "rollback")
+        runs.invoke({"messages": ["q0"]}, {**config, "metadata": {"topic": "zero"}})
+        with psycopg.connect(empty_db, autocommit=True) as conn:
+            conn.execute("UPDATE colosseum_runs SET status = 'interrupted'")
+            conn.execute(ROLLED_BACK_BEFORE_12, {"thread_id": "t", "stopped": config["run_id"]})
+        assert saver.runs.get(config["run_id"]).status == "rolled_back"
+        assert saver.threads.get("t").metadata == {"topic": "zero", "run_id": config["run_id"]}
