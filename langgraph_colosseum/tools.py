@@ -48,7 +48,7 @@ from langgraph_colosseum._core.ledger import (
     lineage_of,
 )
 from langgraph_colosseum._core.runs import RunWrites
-from langgraph_colosseum._core.store import _run_id_of
+from langgraph_colosseum._core.store import _run_id_of, made_at
 from langgraph_colosseum._leases import arenewing, renewing
 from langgraph_colosseum.errors import (
     CheckpointDeletedError,
@@ -351,11 +351,15 @@ def _call_site(ledger: ColosseumSaverBase, config: Mapping[str, Any], thread_id:
     if run is not None:
         lineage.update((ns, cid) for tid, ns, cid in run.stored_checkpoints() if tid == thread_id)
     checkpoint_id = checkpoint_map.get(parent_ns)
+    checkpoint_id = None if checkpoint_id is None else str(checkpoint_id)
     return CallSite(
         checkpoint_ns=parent_ns,
-        checkpoint_id=None if checkpoint_id is None else str(checkpoint_id),
+        checkpoint_id=checkpoint_id,
         lineage=tuple(sorted(lineage)),
         run_id=_run_id_of(config),  # type: ignore[arg-type]
+        # A run with durability="exit" stored nothing a deletion could record:
+        # its first read, made before the deletion, is what refuses the claim.
+        created=made_at(run, checkpoint_id),
     )
 
 

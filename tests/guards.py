@@ -65,6 +65,16 @@ class Guard:
 
 GUARDS: list[Guard] = [
     Guard(
+        name="tool ledger: a claim counts as made at its run's first read",
+        file="langgraph_colosseum/tools.py",
+        original="created=made_at(run, checkpoint_id),",
+        mutant="created=made_at(None, checkpoint_id),",
+        tests=(
+            f"{LEDGER_LIFE}::test_an_exit_run_whose_thread_is_deleted_mid_run_does_not_pay",
+            f"{LEDGER_LIFE}::test_a_run_deleted_before_any_of_its_puts_landed_leaves_no_ledger",
+        ),
+    ),
+    Guard(
         name="deleted stays deleted: a run's writes count as made at its first read",
         file="langgraph_colosseum/_core/store.py",
         original="            run.note_start(uuid6_now())",
@@ -756,7 +766,7 @@ GUARDS: list[Guard] = [
         original="        claims = run.take_claims()\n        if claims:\n",
         mutant="        claims = run.take_claims()\n        if False:\n",
         tests=(
-            f"{LEDGER_LIFE}::test_a_run_deleted_before_any_of_its_puts_landed_leaves_no_ledger",
+            f"{LEDGER_LIFE}::test_a_forgotten_run_deleted_before_its_puts_landed_leaves_no_ledger",
         ),
     ),
     Guard(

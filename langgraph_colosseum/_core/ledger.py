@@ -229,6 +229,9 @@ class CallSite:
     # namespaces' and the ones its run stored on this thread
     lineage: tuple[tuple[str, str], ...] = ()
     run_id: str | None = None
+    # when the call counts as made against a deletion of its thread: its
+    # checkpoint's creation, or its run's first read if earlier (store.made_at)
+    created: str | None = None
 
 
 @dataclass(frozen=True)
@@ -254,15 +257,13 @@ def is_claim(request: Request) -> bool:
 
 def execute_once(plan: ToolCallPlan, codec: ValueCodec) -> Operation[Any]:
     """Run the tool at most once per key (or again, as the policy allows); return its output."""
-    from langgraph_colosseum._core.store import uuid6_time
-
     identity, policy, site = plan.identity, plan.policy, plan.site
     owner = uuid.uuid4().hex
     params = {
         "lineage_ns": [ns for ns, _ in site.lineage],
         "lineage_ids": [checkpoint_id for _, checkpoint_id in site.lineage],
         "checkpoint_id": site.checkpoint_id,
-        "created": uuid6_time(site.checkpoint_id) if site.checkpoint_id else None,
+        "created": site.created,
         "run_id": site.run_id,
         "thread_id": identity.thread_id,
         "key": plan.key,

@@ -226,7 +226,7 @@ ARRAY(SELECT ARRAY[s.thread_id, s.head_key, s.recorded_at::text]
 # checkpoint was created, or its run first read the thread, before its thread
 # was deleted (a LangGraph checkpoint id begins with its creation time;
 # `created` is that time or the run's first read, whichever came first, see
-# store._made_at), or (a put) when its run was deleted. A checkpoint that was
+# store.made_at), or (a put) when its run was deleted. A checkpoint that was
 # never stored is not a deleted one: LangGraph sends a step's writes before its
 # checkpoint's put, and a put may name a parent this saver never saw.
 #

@@ -699,7 +699,7 @@ class CheckpointStore:
         }
         sealed = self._seal_values(thread_id, checkpoint_ns, new_versions, planned)
         run = self.runs.of(config)
-        params["created"] = _made_at(run, checkpoint_id)
+        params["created"] = made_at(run, checkpoint_id)
         statement = sql.PUT
         if self.on_conflict:
             statement = sql.PUT_ON_CONFLICT
@@ -1131,7 +1131,7 @@ class CheckpointStore:
             **columns(stored),
         }
         run = self.runs.of(config)
-        params["created"] = _made_at(run, checkpoint_id)
+        params["created"] = made_at(run, checkpoint_id)
         statement = sql.PUT_WRITES_ON_CONFLICT if self.on_conflict else sql.PUT_WRITES
         here = Where(thread_id, checkpoint_ns, checkpoint_id, "<writes>")
         asked_at = self._clock()  # as in put
@@ -2088,10 +2088,11 @@ def uuid6_now() -> str:
 _UUID6_EPOCH_TICKS = 122_192_928_000_000_000
 
 
-def _made_at(run: RunWrites | None, checkpoint_id: str) -> str | None:
-    """When a write to `checkpoint_id` counts as made against a deletion of its
-    thread (sql._DELETED): its checkpoint's creation, or its run's first read."""
-    created = uuid6_time(checkpoint_id)
+def made_at(run: RunWrites | None, checkpoint_id: str | None) -> str | None:
+    """When a write (or a tool claim) to `checkpoint_id` counts as made against a
+    deletion of its thread (sql._DELETED, ledger.CLAIM): its checkpoint's
+    creation, or its run's first read if that came earlier."""
+    created = uuid6_time(checkpoint_id) if checkpoint_id else None
     return run.made_at(created) if run is not None else created
 
 

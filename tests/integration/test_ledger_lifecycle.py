@@ -36,7 +36,8 @@ from langgraph_colosseum import (
     IdempotentToolNode,
     Retention,
 )
-from langgraph_colosseum._core.ledger import default_key
+from langgraph_colosseum._core.ledger import default_key, is_claim
+from langgraph_colosseum._core.runs import RunWrites
 
 
 class State(TypedDict):
@@ -285,6 +286,24 @@ def test_a_run_whose_thread_is_deleted_mid_run_does_not_pay(pg_url: str) -> None
         assert ledger_rows(pg_url, tid) == [(tid, "SUCCESS")]
 
 
+def test_an_exit_run_whose_thread_is_deleted_mid_run_does_not_pay(pg_url: str) -> None:
+    """durability="exit": nothing of the run is stored before its end, so no
+    stored checkpoint tells the claim that the thread it runs for was deleted
+    while the agent ran; the run read the thread before the deletion, and its
+    claim counts as made then. The tool is not called, nothing stays in the
+    ledger, and the run's end does not bring the thread back."""
+    bank = Bank()
+    tid = new_tid("deleted-mid-exit-run")
+    with ColosseumSaver.from_conn_string(pg_url) as saver:
+        graph = payment_graph(saver, bank, before_agent=lambda config: saver.delete_thread(tid))
+        with pytest.raises(CheckpointDeletedError) as refused:
+            graph.invoke({"messages": []}, cfg(tid), durability="exit")
+        assert refused.value.thread_id == tid
+        assert bank.calls == [], "the tool ran for a run of a deleted thread"
+        assert ledger_rows(pg_url, tid) == [], "the deleted thread's run left ledger rows"
+        assert saver.get_tuple(cfg(tid)) is None
+
+
 def _delete_at_claim(action: Any) -> Any:
     """A key function that runs `action` (a deletion) once, right before the claim."""
     done: list[bool] = []
@@ -451,35 +470,53 @@ async def test_updating_a_thread_that_does_not_exist_is_refused_async(pg_url: st
 
 def test_a_run_deleted_before_any_of_its_puts_landed_leaves_no_ledger(pg_url: str) -> None:
     """LangGraph sends puts in the background: here they (and the writes) are
-    held until the tool has run. The thread is deleted during the agent step, so the tools step's
-    checkpoint (made after the deletion) names nothing deleted, and the run has
-    stored nothing yet: its claim goes through and the tool runs for the doomed
-    run. When its puts are refused (made before the deletion), what it claimed
-    goes with the writes of its checkpoints that were never stored: no row of
-    the deleted thread stays to answer a new run on the same thread_id."""
+    held until the tool's claim has been answered. The thread is deleted during
+    the agent step, so the tools step's checkpoint (made after the deletion)
+    names nothing deleted, and the run has stored nothing yet. The claim is
+    refused all the same, in its statement: the run read the thread before the
+    deletion, and its claim counts as made then (store.made_at). The tool does
+    not run, the run's puts are refused, and no row of the deleted thread stays
+    to answer a new run on the same thread_id."""
     bank = Bank()
-    tid = new_tid("deleted-before-puts")
-    paid = threading.Event()
-    pay = bank.pay.func  # type: ignore[attr-defined]
+    run_deleted_before_its_puts(pg_url, bank, new_tid("deleted-before-puts"))
+    assert bank.calls == [("bob", 5)], "the deleted thread's run did not pay, the new one did"
 
-    def pay_and_tell(to: str, amount: int) -> str:
-        try:
-            return pay(to, amount)
-        finally:
-            paid.set()
 
-    bank.pay.func = pay_and_tell  # type: ignore[attr-defined]
+def test_a_forgotten_run_deleted_before_its_puts_landed_leaves_no_ledger(
+    pg_url: str, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """The same, for a run whose first read this process no longer remembers
+    (it keeps the newest RUNS_KEPT runs): nothing can tell its claim that the
+    run is doomed, and the tool runs. When its puts are refused (made before
+    the deletion), what it claimed goes with the writes of its checkpoints that
+    were never stored: no row of the deleted thread answers the new run."""
+    monkeypatch.setattr(RunWrites, "note_start", lambda self, at: None)
+    bank = Bank()
+    run_deleted_before_its_puts(pg_url, bank, new_tid("forgotten-before-puts"))
+    assert bank.calls == [("bob", 5), ("bob", 5)], "the doomed run paid, the new one again"
+
+
+def run_deleted_before_its_puts(pg_url: str, bank: Bank, tid: str) -> None:
+    claimed = threading.Event()
     with ColosseumSaver.from_conn_string(pg_url) as saver:
-        put, put_writes = saver.put, saver.put_writes
+        put, put_writes, perform = saver.put, saver.put_writes, saver._perform
+
+        def told(request: Any) -> Any:
+            try:
+                return perform(request)
+            finally:
+                if is_claim(request):
+                    claimed.set()
 
         def held(write: Any) -> Any:
             def held_write(*args: Any) -> Any:
-                if not paid.is_set():
-                    assert paid.wait(30), "the tool never ran"
+                if not claimed.is_set():
+                    assert claimed.wait(30), "the tool's claim was never sent"
                 return write(*args)
 
             return held_write
 
+        saver._perform = told  # type: ignore[method-assign]
         saver.put = held(put)  # type: ignore[method-assign]
         saver.put_writes = held(put_writes)  # type: ignore[method-assign]
         deleted: list[bool] = []
@@ -492,7 +529,8 @@ def test_a_run_deleted_before_any_of_its_puts_landed_leaves_no_ledger(pg_url: st
         graph = payment_graph(saver, bank, before_agent=delete_once)
         with pytest.raises(CheckpointDeletedError):
             graph.invoke({"messages": []}, cfg(tid))
-        assert bank.calls == [("bob", 5)]  # nothing could tell the tool its run was doomed
+        assert claimed.is_set()
         assert ledger_rows(pg_url, tid) == [], "the deleted thread's run left ledger rows"
-        assert last_answer(graph.invoke({"messages": []}, cfg(tid))) == "paid 5 (call #2)"
+        paid = len(bank.calls) + 1
+        assert last_answer(graph.invoke({"messages": []}, cfg(tid))) == f"paid 5 (call #{paid})"
         assert ledger_rows(pg_url, tid) == [(tid, "SUCCESS")]
