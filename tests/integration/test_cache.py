@@ -557,7 +557,11 @@ def test_a_saver_made_from_a_cluster_nodes_url_uses_the_cluster(
 
 
 def record_requests(saver: AsyncColosseumSaver) -> list[object]:
-    """Every request the saver performs from now on (Postgres and Redis alike)."""
+    """Every request the saver performs from now on (Postgres and Redis alike).
+
+    Time stands still for its incarnation re-check from now on: one due
+    mid-test would be a request the test did not make."""
+    set_recheck_clock(saver, 0.0)
     sent: list[object] = []
     original = saver._perform
 
