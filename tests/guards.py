@@ -47,6 +47,7 @@ ENCRYPTION_TESTS = "tests/integration/test_encryption_everywhere.py"
 STATE_VERSIONS = "tests/integration/test_state_versions.py"
 STATE_VERSIONS_REVIEW = "tests/integration/test_state_versions_review.py"
 ON_CONFLICT = "tests/integration/test_on_conflict.py"
+ON_CONFLICT_SUBGRAPHS = "tests/integration/test_on_conflict_subgraphs.py"
 LEDGER_LIFE = "tests/integration/test_ledger_lifecycle.py"
 LATE_HEADS = "tests/integration/test_late_heads.py"
 LOST_REPLIES = "tests/integration/test_lost_replies.py"
@@ -686,12 +687,94 @@ GUARDS: list[Guard] = [
     Guard(
         name="on_conflict: the head lock orders the checks",
         file="langgraph_colosseum/_core/sql.py",
-        original=(
-            "       pg_advisory_xact_lock({HEAD_LOCK_CLASS},\n"
-            "                             hashtext(%(thread_id)s || '/' || %(checkpoint_ns)s))"
-        ),
-        mutant="       %(checkpoint_ns)s::text",
+        original="       pg_advisory_xact_lock({HEAD_LOCK_CLASS}, hashtext(%(thread_id)s))",
+        mutant="       %(thread_id)s::text",
         tests=(f"{ON_CONFLICT}::test_two_checks_at_once_are_ordered_by_the_head_lock",),
+    ),
+    Guard(
+        name="on_conflict: a subgraph's write is refused by the root's check too",
+        file="langgraph_colosseum/_core/sql.py",
+        original="    UNION ALL SELECT id FROM root_conflict\n",
+        mutant="",
+        tests=(
+            f"{ON_CONFLICT_SUBGRAPHS}::test_resumes_of_a_subgraph_interrupt_split_across_namespaces_one_wins",
+        ),
+    ),
+    Guard(
+        name="on_conflict: a subgraph's write continues only from the root the run read or put",
+        file="langgraph_colosseum/_core/sql.py",
+        original=(
+            "    WHERE NOT (root_head.id IS NOT DISTINCT FROM %(root_read)s::text\n"
+            "               OR root_head.id = ANY(%(root_own)s::text[]))\n"
+            "       OR (root_head.claim"
+        ),
+        mutant="    WHERE (root_head.claim",
+        tests=(
+            f"{ON_CONFLICT_SUBGRAPHS}::test_a_root_checkpoint_put_meanwhile_refuses_a_subgraph_write",
+        ),
+    ),
+    Guard(
+        name="on_conflict: a root claim another run made refuses a subgraph's write",
+        file="langgraph_colosseum/_core/sql.py",
+        original=(
+            "       OR (root_head.claim IS DISTINCT FROM %(writer)s::text\n"
+            "           AND root_head.claim IS DISTINCT FROM\n"
+            "               CASE WHEN root_head.id = %(root_read)s::text THEN %(root_seen)s::text END)\n"
+        ),
+        mutant="",
+        tests=(
+            f"{ON_CONFLICT_SUBGRAPHS}::test_resumes_of_a_subgraph_interrupt_split_across_namespaces_one_wins",
+        ),
+    ),
+    Guard(
+        name="on_conflict: a subgraph's write claims the root head",
+        file="langgraph_colosseum/_core/sql.py",
+        original=(
+            "    WHERE root_head.id IS NOT NULL AND root_head.claim IS DISTINCT FROM %(writer)s::text\n"
+        ),
+        mutant="    WHERE false\n",
+        tests=(f"{ON_CONFLICT_SUBGRAPHS}::test_a_subgraph_write_first_decides_the_resume_race",),
+    ),
+    Guard(
+        name="on_conflict: a refused run's subgraph checkpoints under its unstored root go",
+        file="langgraph_colosseum/_core/store.py",
+        original="        nested = run.take_nested()\n        if nested:\n",
+        mutant="        nested = run.take_nested()\n        if False:\n",
+        tests=(
+            f"{ON_CONFLICT_SUBGRAPHS}::test_on_a_new_thread_the_losers_subgraph_checkpoints_are_deleted",
+        ),
+    ),
+    Guard(
+        name="on_conflict: a burial keeps subgraph checkpoints whose root is stored",
+        file="langgraph_colosseum/_core/sql.py",
+        original=(
+            "    WHERE NOT EXISTS (\n"
+            "        SELECT 1 FROM colosseum_checkpoints r\n"
+            "        WHERE r.thread_id = k.thread_id AND r.checkpoint_ns = '' AND r.checkpoint_id = k.root_id)\n"
+            "      AND NOT EXISTS ("
+        ),
+        mutant="    WHERE NOT EXISTS (",
+        tests=(
+            f"{ON_CONFLICT_SUBGRAPHS}::test_a_burial_keeps_what_another_run_wrote_to_or_continued",
+        ),
+    ),
+    Guard(
+        name="on_conflict: a burial keeps a checkpoint another run wrote to",
+        file="langgraph_colosseum/_core/sql.py",
+        original="          AND w.idx = {CLAIM_IDX} AND w.task_path <> %(writer)s::text)",
+        mutant="          AND w.idx = {CLAIM_IDX} AND false)",
+        tests=(
+            f"{ON_CONFLICT_SUBGRAPHS}::test_a_burial_keeps_what_another_run_wrote_to_or_continued",
+        ),
+    ),
+    Guard(
+        name="on_conflict: a burial keeps a checkpoint another run continued",
+        file="langgraph_colosseum/_core/sql.py",
+        original="          AND c.parent_checkpoint_id = k.checkpoint_id\n",
+        mutant="          AND false\n",
+        tests=(
+            f"{ON_CONFLICT_SUBGRAPHS}::test_a_burial_keeps_what_another_run_wrote_to_or_continued",
+        ),
     ),
     Guard(
         name="tool ledger: a claim descending from a deleted checkpoint is refused",

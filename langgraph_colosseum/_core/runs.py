@@ -17,7 +17,11 @@ one per run, and its subgraphs share it). So, per run, this process keeps:
   deleted likewise when its thread was deleted (`sql.BURY_ORPHAN_CLAIMS`);
 * `started`: when its first read was sent; its writes count as made then
   against a deletion of their thread (a run that read the thread before it was
-  deleted never writes it back, whatever its durability).
+  deleted never writes it back, whatever its durability);
+* `nested` (on_conflict): the subgraph checkpoints it stored under a root
+  checkpoint whose put it has not seen succeed (durability="async" sends a
+  subgraph's puts while the root's wait their turn); when the run dies, those go whole
+  (`sql.BURY_ORPHAN_CHECKPOINTS`, only while that root checkpoint is absent).
 
 * with `on_conflict="raise"` (see sql._OPTIMISTIC): the run's token (`writer`,
   the claim its writes leave), how its first read of each (thread, namespace)
@@ -82,6 +86,12 @@ class RunWrites:
         # its end, and its one put names no stored checkpoint a deletion could
         # have recorded: only this says the run read the thread before it went.
         self.started: str | None = None
+        # subgraph checkpoints stored, with the root checkpoint they hang
+        # from, while that one's put has not succeeded; per thread, the
+        # newest root checkpoint whose put did (a run's root puts land in
+        # order: every root checkpoint before it was stored too)
+        self.nested: set[tuple[CheckpointKey, str]] = set()
+        self.newest_root: dict[str, str] = {}
 
     def note_start(self, at: str) -> None:
         """The run sends a read at `at`; only its first counts."""
@@ -136,12 +146,23 @@ class RunWrites:
         with self._lock:
             self.inflight -= 1
 
-    def put_stored(self, key: CheckpointKey) -> None:
+    def put_stored(self, key: CheckpointKey, root: str | None = None) -> None:
+        """`root`: of a subgraph's checkpoint, the root checkpoint it hangs from."""
         with self._lock:
             self.stored.append(key)
             self.pending.discard(key)
             if self.claims:
                 self.claims = {c for c in self.claims if c[:3] != key}
+            thread_id, checkpoint_ns, checkpoint_id = key
+            if not checkpoint_ns:
+                if checkpoint_id > self.newest_root.get(thread_id, ""):
+                    self.newest_root[thread_id] = checkpoint_id
+                if self.nested:
+                    self.nested = {
+                        n for n in self.nested if n[0][0] != thread_id or n[1] > checkpoint_id
+                    }
+            elif root is not None and root > self.newest_root.get(thread_id, ""):
+                self.nested.add((key, root))
 
     def writes_stored(self, key: CheckpointKey) -> None:
         with self._lock:
@@ -152,6 +173,11 @@ class RunWrites:
         with self._lock:
             if key not in self.stored:
                 self.claims.add((*key, idempotency_key))
+
+    def take_nested(self) -> list[tuple[CheckpointKey, str]]:
+        with self._lock:
+            nested, self.nested = sorted(self.nested), set()
+            return nested
 
     def take_claims(self) -> list[tuple[str, str, str, str]]:
         with self._lock:

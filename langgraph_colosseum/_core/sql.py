@@ -256,18 +256,19 @@ SELECT pg_advisory_xact_lock_shared({THREAD_LOCK_CLASS}, hashtext(%(thread_id)s)
             THEN pg_advisory_xact_lock_shared({RUN_LOCK_CLASS}, hashtext(%(run_id)s)) END,
        set_config('plan_cache_mode', 'force_generic_plan', true)
 """
-# With on_conflict="raise" (see _OPTIMISTIC below) every write of a (thread,
-# namespace) also takes that namespace's head lock, exclusive, before its
-# statement: the statement's snapshot is then taken after the commit of the
-# write before it, so its check of the head and the claim sees that write.
-# Without the lock two writers that read the same head both pass the check
-# (READ COMMITTED: neither sees the other's uncommitted row).
+# With on_conflict="raise" (see _OPTIMISTIC below) every write of a thread
+# also takes the thread's head lock, exclusive, before its statement: the
+# statement's snapshot is then taken after the commit of the write before it,
+# so its check of the head and the claim sees that write. Without the lock two
+# writers that read the same head both pass the check (READ COMMITTED: neither
+# sees the other's uncommitted row). One lock for the whole thread, not one per
+# namespace: a subgraph's write is checked against the root as well, and must
+# see the root writes committed before it.
 HEAD_LOCK_CLASS = 0x636F6E
 WRITE_LOCK_ON_CONFLICT = (
     WRITE_LOCK.rstrip()
     + f""",
-       pg_advisory_xact_lock({HEAD_LOCK_CLASS},
-                             hashtext(%(thread_id)s || '/' || %(checkpoint_ns)s))
+       pg_advisory_xact_lock({HEAD_LOCK_CLASS}, hashtext(%(thread_id)s))
 """
 )
 RUNS_LOCK = f"""
@@ -355,6 +356,20 @@ _DELETED_RUN = """
 #                            then C's claim becomes this run's.
 # A run's steps after the checkpoint it read are its own, so it saw no claim
 # on them: a claim there is another run that read them as latest meanwhile.
+#
+# One decision per run, not one per namespace. A subgraph's writes go to a
+# namespace of their own ("node:<task id>"), whose head and claims say nothing
+# about the root: two runs resuming an interrupt() raised in a subgraph write
+# the resume value at the root and the subgraph's steps in its namespace, and
+# checked apart each could lose in a different one (both refused, or one
+# handed the other's answer). So a write in a subgraph namespace is also
+# checked against the root (`root_head`, `root_conflict`), as the run read it
+# (params root_*): the root head must be the root checkpoint the run read or
+# one it put, and its claim the one the run saw there or its own; then the
+# write claims the root head (`root_claimed`). Whichever write of the two runs
+# reaches Postgres first, in any namespace, decides: every later write of the
+# other, in any namespace, is refused. The root's own writes need nothing more:
+# they check the root already.
 CLAIM_TASK_ID = "__colosseum_claim__"
 CLAIM_IDX = -100  # negative: a special slot, replaced on write, in Postgres and Redis
 CLAIM_CHANNEL = "__colosseum_claim__"
@@ -369,14 +384,56 @@ head AS (
               AND w.checkpoint_id = %(claimed_id)s::text
               AND w.task_id = '{CLAIM_TASK_ID}' AND w.idx = {CLAIM_IDX}) AS claim
 ),
+root_head AS (
+    SELECT r.id,
+           (SELECT w.task_path FROM colosseum_writes w
+            WHERE w.thread_id = %(thread_id)s AND w.checkpoint_ns = '' AND w.checkpoint_id = r.id
+              AND w.task_id = '{CLAIM_TASK_ID}' AND w.idx = {CLAIM_IDX}) AS claim
+    FROM (SELECT (SELECT h.checkpoint_id FROM colosseum_checkpoints h
+                  WHERE h.thread_id = %(thread_id)s AND h.checkpoint_ns = ''
+                  ORDER BY h.checkpoint_id DESC LIMIT 1) AS id) AS r
+    WHERE %(root_checked)s::boolean
+),
+root_conflict AS (
+    SELECT root_head.id FROM root_head
+    WHERE NOT (root_head.id IS NOT DISTINCT FROM %(root_read)s::text
+               OR root_head.id = ANY(%(root_own)s::text[]))
+       OR (root_head.claim IS DISTINCT FROM %(writer)s::text
+           AND root_head.claim IS DISTINCT FROM
+               CASE WHEN root_head.id = %(root_read)s::text THEN %(root_seen)s::text END)
+),
 conflict AS (
     SELECT head.id FROM head
     WHERE %(checked)s::boolean AND (
         {{head_moved}}
         OR (head.claim IS DISTINCT FROM %(seen_claim)s::text
             AND head.claim IS DISTINCT FROM %(writer)s::text))
+    UNION ALL SELECT id FROM root_conflict
 ),
 """
+# A subgraph's write that passed claims the root head for its run (see above).
+_ROOT_CLAIMED = f"""
+root_claimed AS (
+    INSERT INTO colosseum_writes
+        (thread_id, checkpoint_ns, checkpoint_id, task_id, idx, task_path, channel,
+         encoding, value, run_id)
+    SELECT %(thread_id)s, '', root_head.id, '{CLAIM_TASK_ID}', {CLAIM_IDX}, %(writer)s::text,
+           '{CLAIM_CHANNEL}', 'json', 'null'::jsonb, %(run_id)s::text
+    FROM root_head
+    WHERE root_head.id IS NOT NULL AND root_head.claim IS DISTINCT FROM %(writer)s::text
+      AND NOT EXISTS (SELECT 1 FROM refused)
+    ON CONFLICT (thread_id, checkpoint_ns, checkpoint_id, task_id, idx)
+    DO UPDATE SET task_path = EXCLUDED.task_path, run_id = EXCLUDED.run_id
+    RETURNING checkpoint_id
+),"""
+# The optimistic statements' last columns: whether refused as a loser, the
+# namespace's head; whether the root refused it, the root head; the root
+# checkpoint claimed (for the Redis head).
+_CONFLICT_COLUMNS = """,
+       EXISTS (SELECT 1 FROM conflict) AS conflict, (SELECT id FROM head) AS head,
+       EXISTS (SELECT 1 FROM root_conflict) AS root_conflict,
+       (SELECT id FROM root_head) AS root_head,
+       (SELECT checkpoint_id FROM root_claimed) AS root_claimed"""
 _PUT_HEAD_MOVED = (
     "NOT (head.id IS NOT DISTINCT FROM %(parent_checkpoint_id)s::text"
     " OR head.id = %(checkpoint_id)s)"
@@ -391,11 +448,8 @@ _WRITES_HEAD_MOVED = "(head.id IS NOT NULL AND head.id <> ALL(%(heads)s::text[])
 def _put(optimistic: bool) -> str:
     conflict = _OPTIMISTIC.format(head_moved=_PUT_HEAD_MOVED) if optimistic else ""
     conflicted = "UNION ALL SELECT 1 FROM conflict" if optimistic else ""
-    conflict_columns = (
-        ", EXISTS (SELECT 1 FROM conflict) AS conflict, (SELECT id FROM head) AS head"
-        if optimistic
-        else ""
-    )
+    root_claimed = _ROOT_CLAIMED if optimistic else ""
+    conflict_columns = _CONFLICT_COLUMNS if optimistic else ""
     return compact(
         f"""
 -- The checkpoints this one continues from: its parent, and (a subgraph's) the
@@ -433,7 +487,7 @@ missing AS (
 refused AS (
     SELECT 1 FROM missing UNION ALL SELECT 1 FROM deleted UNION ALL SELECT 1 FROM fenced
     {conflicted}
-),
+),{root_claimed}
 -- A refused put is recorded as deleted too, so the writes of its tasks are
 -- refused after it; those that landed first (durability="async") go with it.
 -- (The writes of the steps LangGraph runs after it: see _core/runs.py.)
@@ -586,11 +640,9 @@ claimed AS (
         if optimistic
         else ""
     )
-    conflict_columns = (
-        ", EXISTS (SELECT 1 FROM conflict) AS conflict, (SELECT id FROM head) AS head"
-        if optimistic
-        else ""
-    )
+    if optimistic:
+        claim += _ROOT_CLAIMED
+    conflict_columns = _CONFLICT_COLUMNS if optimistic else ""
     return f"""
 WITH lineage AS (
     SELECT %(checkpoint_ns)s::text AS ns, %(checkpoint_id)s::text AS id
@@ -686,6 +738,58 @@ WHERE c.thread_id = k.thread_id AND c.idempotency_key = k.idempotency_key
       SELECT 1 FROM colosseum_checkpoints p
       WHERE p.thread_id = k.thread_id AND p.checkpoint_ns = k.checkpoint_ns
         AND p.checkpoint_id = k.checkpoint_id)
+"""
+
+# The subgraph checkpoints a refused run stored under a root checkpoint of
+# its own that was never stored (durability="async" sends a subgraph's puts
+# while the root's are on their way; see _core/runs.py): nothing can reach
+# them but list(), which would show them under a root checkpoint that does
+# not exist. Deleted with their writes, and recorded as deleted. Only while
+# that root checkpoint is absent, and only a checkpoint no other run has
+# written to (its claim) or continued (a child not among them): nothing
+# another run stored goes. Their channel values go with
+# COLLECT_UNREFERENCED_VALUES after.
+BURY_ORPHAN_CHECKPOINTS = f"""
+WITH given AS (
+    SELECT * FROM unnest(%(threads)b::text[], %(namespaces)b::text[], %(ids)b::text[],
+                         %(roots)b::text[]) AS k(thread_id, checkpoint_ns, checkpoint_id, root_id)
+),
+orphans AS (
+    SELECT k.thread_id, k.checkpoint_ns, k.checkpoint_id FROM given k
+    WHERE NOT EXISTS (
+        SELECT 1 FROM colosseum_checkpoints r
+        WHERE r.thread_id = k.thread_id AND r.checkpoint_ns = '' AND r.checkpoint_id = k.root_id)
+      AND NOT EXISTS (
+        SELECT 1 FROM colosseum_writes w
+        WHERE w.thread_id = k.thread_id AND w.checkpoint_ns = k.checkpoint_ns
+          AND w.checkpoint_id = k.checkpoint_id AND w.task_id = '{CLAIM_TASK_ID}'
+          AND w.idx = {CLAIM_IDX} AND w.task_path <> %(writer)s::text)
+      AND NOT EXISTS (
+        SELECT 1 FROM colosseum_checkpoints c
+        WHERE c.thread_id = k.thread_id AND c.checkpoint_ns = k.checkpoint_ns
+          AND c.parent_checkpoint_id = k.checkpoint_id
+          AND NOT EXISTS (SELECT 1 FROM given g
+                          WHERE g.thread_id = c.thread_id AND g.checkpoint_ns = c.checkpoint_ns
+                            AND g.checkpoint_id = c.checkpoint_id))
+),
+bury AS (
+    INSERT INTO colosseum_tombstones (thread_id, checkpoint_ns, checkpoint_id)
+    SELECT * FROM orphans
+    ON CONFLICT DO NOTHING
+),
+writes_gone AS (
+    DELETE FROM colosseum_writes w USING orphans o
+    WHERE w.thread_id = o.thread_id AND w.checkpoint_ns = o.checkpoint_ns
+      AND w.checkpoint_id = o.checkpoint_id
+),
+histories_gone AS (
+    DELETE FROM colosseum_delta_histories h USING orphans o
+    WHERE h.thread_id = o.thread_id AND h.checkpoint_ns = o.checkpoint_ns
+      AND h.checkpoint_id = o.checkpoint_id
+)
+DELETE FROM colosseum_checkpoints c USING orphans o
+WHERE c.thread_id = o.thread_id AND c.checkpoint_ns = o.checkpoint_ns
+  AND c.checkpoint_id = o.checkpoint_id
 """
 
 _THREAD_TABLES = (

@@ -703,17 +703,17 @@ class CheckpointStore:
         statement = sql.PUT
         if self.on_conflict:
             statement = sql.PUT_ON_CONFLICT
-            params.update(self._optimistic(run, thread_id, checkpoint_ns, parent_id))
             if run is not None:
                 run.put_sending((thread_id, checkpoint_ns, checkpoint_id))
         here = Where(thread_id, checkpoint_ns, checkpoint_id, "<checkpoint>")
         # When the statement that returns the incarnation was sent (its first
         # sending: an earlier time errs towards re-checking, HotHead.recheck_due).
         asked_at = self._clock()
-        ((missing_bases, inserted, fenced, deleted, writes_before, incarnation, stale, epoch,
-          *conflict),) = (
-            yield from self._send(
-                run, statement, {**params, **self._value_columns(new_versions, sealed)}, here, "put"
+        (missing_bases, inserted, fenced, deleted, writes_before, incarnation, stale, epoch,
+         *conflict) = (
+            yield from self._send_checked(
+                run, statement, params, self._value_columns(new_versions, sealed), here, "put",
+                parent_id,
             )
         )  # fmt: skip
         if deleted is not None:
@@ -734,11 +734,11 @@ class CheckpointStore:
             ]
             sealed = self._seal_values(thread_id, checkpoint_ns, new_versions, planned)
             (
-                (missing_bases, inserted, fenced, deleted, writes_before, incarnation, stale,
-                 epoch, *conflict),
-            ) = yield from self._send(
-                run, statement, {**params, **self._value_columns(new_versions, sealed)}, here,
-                "put",
+                missing_bases, inserted, fenced, deleted, writes_before, incarnation, stale,
+                epoch, *conflict,
+            ) = yield from self._send_checked(
+                run, statement, params, self._value_columns(new_versions, sealed), here, "put",
+                parent_id,
             )  # fmt: skip
             if deleted is not None:
                 yield from self._bury_run(run)
@@ -746,7 +746,11 @@ class CheckpointStore:
             yield from self._conflict(run, params, conflict, parent_id, "put")
             assert not missing_bases
         if run is not None:
-            run.put_stored((thread_id, checkpoint_ns, checkpoint_id))
+            # on_conflict: a subgraph checkpoint hangs from its root until that
+            # is stored (runs.RunWrites.nested)
+            hanging = self.on_conflict and checkpoint_ns
+            root = (metadata.get("parents") or {}).get("") if hanging else None
+            run.put_stored((thread_id, checkpoint_ns, checkpoint_id), root)
         if self.versions is not None:
             self.versions.remember_written(thread_id, checkpoint_ns, new_versions)
         # Remember what was stored, and only that: a version that already
@@ -772,6 +776,7 @@ class CheckpointStore:
                 ],
                 epoch,
             ))  # fmt: skip
+            yield from self._root_claimed_head(params, conflict, epoch)
         return checkpoint_config(thread_id, checkpoint_ns, checkpoint_id)
 
     def _optimistic(
@@ -786,12 +791,18 @@ class CheckpointStore:
         continuing from `claimed_id`, or (`target_id`) of writes to it."""
         read = run.read_of(thread_id, checkpoint_ns) if run is not None else None
         seen = read.claim if read is not None and read.checkpoint_id == claimed_id else None
+        # a subgraph's write is checked against the root as the run read it too
+        root = run.read_of(thread_id, "") if run is not None and checkpoint_ns else None
         params: dict[str, Any] = {
             # only a run whose first read asked for the latest checkpoint
             "checked": read is not None and read.latest,
             "writer": run.writer if run is not None else None,
             "seen_claim": seen,
             "claimed_id": claimed_id,
+            "root_checked": root is not None and root.latest,
+            "root_read": root.checkpoint_id if root is not None else None,
+            "root_seen": root.claim if root is not None else None,
+            "root_own": run.own(thread_id, "") if root is not None else [],
         }
         if target_id is not None:
             heads = [target_id]
@@ -801,6 +812,51 @@ class CheckpointStore:
                 heads.append(read.checkpoint_id)
             params["heads"] = heads
         return params
+
+    def _send_checked(
+        self,
+        run: RunWrites | None,
+        statement: str,
+        params: dict[str, Any],
+        values: Mapping[str, Any],
+        where: Where,
+        operation: str,
+        claimed_id: str | None,
+        target_id: str | None = None,
+    ) -> Any:
+        """`_send` of a put (`claimed_id`: its parent) or of writes to
+        `target_id`, with on_conflict's parameters (sql._OPTIMISTIC); its row.
+
+        The run's own puts go on in the background: one that committed while
+        this statement waited for the head lock moved the head (its
+        namespace's, or the root's for a subgraph's write) past what the
+        parameters named. Refused, the statement stored nothing: sent again,
+        it names that checkpoint too. (Each time round another put of the run
+        committed; they come one at a time.)
+        """
+        thread_id, checkpoint_ns = params["thread_id"], params["checkpoint_ns"]
+        while True:
+            if self.on_conflict:
+                params.update(
+                    self._optimistic(run, thread_id, checkpoint_ns, claimed_id, target_id)
+                )
+            (row,) = yield from self._send(run, statement, {**params, **values}, where, operation)
+            if not self.on_conflict or run is None:
+                return row
+            refused, head, root_refused, root_head, _ = row[-5:]
+            own_root_put = (
+                root_refused
+                and root_head not in params["root_own"]
+                and root_head in run.own(thread_id, "")
+            )
+            own_put = (
+                refused
+                and target_id is not None
+                and head not in params["heads"]
+                and head in run.own(thread_id, checkpoint_ns)
+            )
+            if not (own_root_put or own_put):
+                return row
 
     def _conflict(
         self,
@@ -816,12 +872,15 @@ class CheckpointStore:
         will never make go too, and its later writes are refused here."""
         if not conflict or not conflict[0]:
             return
+        _, head, root_refused, root_head, _ = conflict
         details = {
             "thread_id": params["thread_id"],
             "checkpoint_ns": params["checkpoint_ns"],
             "continued_from": continued_from,
-            "head": conflict[1],
+            "head": head,
         }
+        if root_refused:  # a subgraph's write, refused by the root (sql._OPTIMISTIC)
+            details.update(checkpoint_ns="", continued_from=params["root_read"], head=root_head)
 
         # Raised again (a fresh one each time) by the run's later writes: the
         # first refusal may be in a background future the caller never sees.
@@ -931,6 +990,29 @@ class CheckpointStore:
         run.die()
         while run.inflight:
             yield Sleep(0.005)
+        nested = run.take_nested()
+        if nested:
+            # Subgraph checkpoints under a root checkpoint of the run never
+            # stored (sql.BURY_ORPHAN_CHECKPOINTS), their values after them;
+            # the thread's lock keeps every write out meanwhile.
+            threads = sorted({key[0] for key, _ in nested})
+            params = {
+                "threads": [key[0] for key, _ in nested],
+                "namespaces": [key[1] for key, _ in nested],
+                "ids": [key[2] for key, _ in nested],
+                "roots": [root for _, root in nested],
+                "writer": run.writer,
+            }
+            asked_at = self._clock()
+            results = yield Transaction(self._reading_incarnation((
+                Query(sql.DELETE_LOCK, {"thread_ids": threads}, fetch=False),
+                Query(sql.BURY_ORPHAN_CHECKPOINTS, params, fetch=False),
+                Query(sql.COLLECT_UNREFERENCED_VALUES, {"thread_ids": threads}, fetch=False),
+                Query(sql.MOVE_EPOCHS, {"thread_ids": threads}, fetch=False),
+            )))  # fmt: skip
+            self.bases.forget_threads(threads)
+            self.seeds.forget_threads(threads)
+            yield from self._drop_heads(threads, results, asked_at)
         keys = run.take_pending()
         if keys:
             params = {
@@ -1135,27 +1217,9 @@ class CheckpointStore:
         statement = sql.PUT_WRITES_ON_CONFLICT if self.on_conflict else sql.PUT_WRITES
         here = Where(thread_id, checkpoint_ns, checkpoint_id, "<writes>")
         asked_at = self._clock()  # as in put
-        while True:
-            if self.on_conflict:
-                params.update(
-                    self._optimistic(run, thread_id, checkpoint_ns, checkpoint_id, checkpoint_id)
-                )
-            ((fenced, deleted, incarnation, stale, epoch, *conflict),) = yield from self._send(
-                run, statement, params, here, "put_writes"
-            )
-            # The run's own puts go on in the background: one that committed
-            # while this statement waited for the head lock moved the head
-            # past what `heads` named. Refused, the statement stored nothing:
-            # sent again, it names that checkpoint too. (Each time round
-            # another put of the run committed; they come one at a time.)
-            if not (
-                conflict
-                and conflict[0]
-                and run is not None
-                and conflict[1] not in params["heads"]
-                and conflict[1] in run.own(thread_id, checkpoint_ns)
-            ):
-                break
+        (fenced, deleted, incarnation, stale, epoch, *conflict) = yield from self._send_checked(
+            run, statement, params, {}, here, "put_writes", checkpoint_id, checkpoint_id
+        )
         if deleted is not None:
             yield from self._bury_run(run)
         self._refuse(params, fenced, deleted, "put_writes")
@@ -1184,20 +1248,38 @@ class CheckpointStore:
             ]
             if params.get("writer") is not None:
                 # the claim the statement wrote goes with the writes (sql._OPTIMISTIC)
-                slots.append((
-                    write_field(sql.CLAIM_TASK_ID, sql.CLAIM_IDX),
-                    self.hot.pack_write(
-                        thread_id, checkpoint_ns, checkpoint_id, sql.CLAIM_TASK_ID,
-                        sql.CLAIM_IDX, params["writer"], sql.CLAIM_CHANNEL, "json", "null",
-                        None, None, None,
-                    ),
-                    True,
-                ))  # fmt: skip
+                slots.append(self._claim_slot(thread_id, checkpoint_ns, checkpoint_id, params))
             yield from self._write_head(
                 thread_id,
                 stale,
                 self.hot.add_writes(thread_id, checkpoint_ns, checkpoint_id, slots, epoch),
             )
+            yield from self._root_claimed_head(params, conflict, epoch)
+
+    def _claim_slot(
+        self, thread_id: str, checkpoint_ns: str, checkpoint_id: str, params: Mapping[str, Any]
+    ) -> tuple[str, bytes, bool]:
+        """The Redis head's slot of the claim a write left (sql._OPTIMISTIC)."""
+        assert self.hot is not None
+        packed = self.hot.pack_write(
+            thread_id, checkpoint_ns, checkpoint_id, sql.CLAIM_TASK_ID, sql.CLAIM_IDX,
+            params["writer"], sql.CLAIM_CHANNEL, "json", "null", None, None, None,
+        )  # fmt: skip
+        return write_field(sql.CLAIM_TASK_ID, sql.CLAIM_IDX), packed, True
+
+    def _root_claimed_head(
+        self, params: Mapping[str, Any], conflict: Sequence[Any], epoch: int
+    ) -> Operation[None]:
+        """A subgraph's write that claimed the root head (sql._ROOT_CLAIMED)
+        puts the claim in the root's Redis head too: a run reading the head
+        there must see it, as it would in Postgres."""
+        if self.hot is None or not conflict or conflict[4] is None:
+            return
+        thread_id, root_id = params["thread_id"], conflict[4]
+        slot = self._claim_slot(thread_id, "", root_id, params)
+        yield from self._write_head(
+            thread_id, [], self.hot.add_writes(thread_id, "", root_id, [slot], epoch)
+        )
 
     # ------------------------------------------------------------ maintenance
 
