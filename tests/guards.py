@@ -919,32 +919,14 @@ GUARDS: list[Guard] = [
         ),
     ),
     Guard(
-        name="hot head: a put returns the epoch it was written at",
+        name="hot head: a write (put, put_writes) returns the epoch it was written at",
         file="langgraph_colosseum/_core/sql.py",
-        original=(
-            "       -- and the thread's deletion epoch.\n"
-            "       {INCARNATION} AS incarnation, {STALE_HEADS} AS stale_heads, "
-            "{THREAD_EPOCH} AS epoch"
+        original='{STALE_HEADS} AS stale_heads, {THREAD_EPOCH} AS epoch"',
+        mutant='{STALE_HEADS} AS stale_heads, 0 AS epoch"',
+        tests=(
+            f"{LATE_HEADS}::test_a_late_advance_of_a_deleted_run_is_never_served",
+            f"{LATE_HEADS}::test_a_late_add_writes_of_a_deleted_run_is_never_served",
         ),
-        mutant=(
-            "       -- and the thread's deletion epoch.\n"
-            "       {INCARNATION} AS incarnation, {STALE_HEADS} AS stale_heads, 0 AS epoch"
-        ),
-        tests=(f"{LATE_HEADS}::test_a_late_advance_of_a_deleted_run_is_never_served",),
-    ),
-    Guard(
-        name="hot head: put_writes returns the epoch it was written at",
-        file="langgraph_colosseum/_core/sql.py",
-        original=(
-            "(SELECT checkpoint_id FROM deleted LIMIT 1),\n"
-            "       {INCARNATION} AS incarnation, {STALE_HEADS} AS stale_heads, "
-            "{THREAD_EPOCH} AS epoch"
-        ),
-        mutant=(
-            "(SELECT checkpoint_id FROM deleted LIMIT 1),\n"
-            "       {INCARNATION} AS incarnation, {STALE_HEADS} AS stale_heads, 0 AS epoch"
-        ),
-        tests=(f"{LATE_HEADS}::test_a_late_add_writes_of_a_deleted_run_is_never_served",),
     ),
     Guard(
         name="hot head: delete_for_runs moves the epochs of the threads it deletes from",

@@ -441,11 +441,29 @@ _PUT_HEAD_MOVED = (
 _WRITES_HEAD_MOVED = "(head.id IS NOT NULL AND head.id <> ALL(%(heads)s::text[]))"
 
 
+# What the Redis head needs of a write (hot.py): the database incarnation,
+# heads to drop, and the thread's deletion epoch. A saver without Redis sends
+# the statement without them (the `_NO_HEAD` variants, NULL in their place):
+# four reads and four more tables to lock and set up per write, which took
+# ~12% of a direct put's backend CPU and answer nothing such a saver uses.
+_HEAD_COLUMNS = (
+    f"{INCARNATION} AS incarnation, {STALE_HEADS} AS stale_heads, {THREAD_EPOCH} AS epoch"
+)
+_PUT_HEAD_COLUMNS = f"""
+       -- The checkpoint's writes that committed first (LangGraph sends puts in
+       -- the background): the hot head may only advance if it holds them all.
+       ARRAY(SELECT w.idx || ':' || w.task_id FROM colosseum_writes w
+             WHERE w.thread_id = %(thread_id)s AND w.checkpoint_ns = %(checkpoint_ns)s
+               AND w.checkpoint_id = %(checkpoint_id)s) AS writes_before,
+       {_HEAD_COLUMNS}"""
+_NO_HEAD_COLUMNS = "NULL AS incarnation, NULL AS stale_heads, NULL AS epoch"
+
+
 # The checkpoint row and its changed values in one statement. A delta row
 # needs its base: the base rows are locked (FOR KEY SHARE, so a concurrent
 # prune skips them) and if any is gone (pruned after this process cached it),
 # nothing is written and `missing_bases` tells the caller to retry full.
-def _put(optimistic: bool) -> str:
+def _put(optimistic: bool, head: bool = True) -> str:
     conflict = _OPTIMISTIC.format(head_moved=_PUT_HEAD_MOVED) if optimistic else ""
     conflicted = "UNION ALL SELECT 1 FROM conflict" if optimistic else ""
     root_claimed = _ROOT_CLAIMED if optimistic else ""
@@ -600,14 +618,7 @@ SELECT ARRAY(SELECT channel FROM missing) AS missing_bases,
        ARRAY(SELECT channel FROM new_values) AS inserted,
        EXISTS (SELECT 1 FROM fenced) AS fenced,
        (SELECT checkpoint_id FROM deleted LIMIT 1) AS deleted,
-       -- The checkpoint's writes that committed first (LangGraph sends puts in
-       -- the background): the hot head may only advance if it holds them all.
-       ARRAY(SELECT w.idx || ':' || w.task_id FROM colosseum_writes w
-             WHERE w.thread_id = %(thread_id)s AND w.checkpoint_ns = %(checkpoint_ns)s
-               AND w.checkpoint_id = %(checkpoint_id)s) AS writes_before,
-       -- For the hot head (hot.py): the database incarnation, heads to drop,
-       -- and the thread's deletion epoch.
-       {INCARNATION} AS incarnation, {STALE_HEADS} AS stale_heads, {THREAD_EPOCH} AS epoch
+       {_PUT_HEAD_COLUMNS if head else "NULL AS writes_before, " + _NO_HEAD_COLUMNS}
        {conflict_columns}
 """
     )
@@ -615,12 +626,13 @@ SELECT ARRAY(SELECT channel FROM missing) AS missing_bases,
 
 PUT = _put(optimistic=False)
 PUT_ON_CONFLICT = _put(optimistic=True)
+PUT_NO_HEAD = _put(optimistic=False, head=False)
 
 
 # Regular writes are insert-if-absent (a retried task must not change what
 # was recorded); special channels (negative idx: errors, interrupts, resumes)
 # replace, as InMemorySaver does.
-def _put_writes(optimistic: bool) -> str:
+def _put_writes(optimistic: bool, head: bool = True) -> str:
     conflict = _OPTIMISTIC.format(head_moved=_WRITES_HEAD_MOVED) if optimistic else ""
     conflicted = "UNION ALL SELECT 1 FROM conflict" if optimistic else ""
     # the writing run claims the checkpoint (a run without a RunControl: none)
@@ -687,13 +699,14 @@ DO UPDATE SET channel = EXCLUDED.channel, task_path = EXCLUDED.task_path,
 WHERE EXCLUDED.idx < 0
 )
 SELECT EXISTS (SELECT 1 FROM fenced), (SELECT checkpoint_id FROM deleted LIMIT 1),
-       {INCARNATION} AS incarnation, {STALE_HEADS} AS stale_heads, {THREAD_EPOCH} AS epoch
+       {_HEAD_COLUMNS if head else _NO_HEAD_COLUMNS}
        {conflict_columns}
 """
 
 
 PUT_WRITES = _put_writes(optimistic=False)
 PUT_WRITES_ON_CONFLICT = _put_writes(optimistic=True)
+PUT_WRITES_NO_HEAD = _put_writes(optimistic=False, head=False)
 
 # The writes a refused run stored for checkpoints that were never stored
 # (see _core/runs.py): deleted, and their checkpoints recorded as deleted.

@@ -700,7 +700,7 @@ class CheckpointStore:
         sealed = self._seal_values(thread_id, checkpoint_ns, new_versions, planned)
         run = self.runs.of(config)
         params["created"] = made_at(run, checkpoint_id)
-        statement = sql.PUT
+        statement = sql.PUT if self.hot is not None else sql.PUT_NO_HEAD
         if self.on_conflict:
             statement = sql.PUT_ON_CONFLICT
             if run is not None:
@@ -1214,7 +1214,9 @@ class CheckpointStore:
         }
         run = self.runs.of(config)
         params["created"] = made_at(run, checkpoint_id)
-        statement = sql.PUT_WRITES_ON_CONFLICT if self.on_conflict else sql.PUT_WRITES
+        statement = sql.PUT_WRITES if self.hot is not None else sql.PUT_WRITES_NO_HEAD
+        if self.on_conflict:
+            statement = sql.PUT_WRITES_ON_CONFLICT
         here = Where(thread_id, checkpoint_ns, checkpoint_id, "<writes>")
         asked_at = self._clock()  # as in put
         (fenced, deleted, incarnation, stale, epoch, *conflict) = yield from self._send_checked(

@@ -164,6 +164,8 @@ CASES = {
     "value chains": (sql.VALUE_CHAINS, KEYS),
     "put": (sql.PUT, PUT),
     "put_writes": (sql.PUT_WRITES, PUT_WRITES),
+    "put without a Redis head": (sql.PUT_NO_HEAD, PUT),
+    "put_writes without a Redis head": (sql.PUT_WRITES_NO_HEAD, PUT_WRITES),
 }
 
 

@@ -18,6 +18,8 @@ from langgraph_colosseum._core import sql
 HOT = {
     "PUT": sql.PUT,
     "PUT_WRITES": sql.PUT_WRITES,
+    "PUT_NO_HEAD": sql.PUT_NO_HEAD,
+    "PUT_WRITES_NO_HEAD": sql.PUT_WRITES_NO_HEAD,
     "WRITE_LOCK": sql.WRITE_LOCK,
     "GET_TUPLE_LATEST": sql.GET_TUPLE_LATEST,
     "GET_TUPLE_LATEST_FOR_HEAD": sql.GET_TUPLE_LATEST_FOR_HEAD,
