@@ -57,7 +57,8 @@ def old_policy(on: bool):
 
         def q(sql_, params=None, fetch=True, prepare=False):
             if prepare is True:
-                prepare = None if sql_ in (sql.PUT, sql.PUT_WRITES) else False
+                writes = (sql.PUT, sql.PUT_WRITES, sql.PUT_NO_HEAD, sql.PUT_WRITES_NO_HEAD)
+                prepare = None if sql_ in writes else False
             return Query(sql_, params, fetch, prepare)
 
         store_mod.Query = q
