@@ -849,8 +849,27 @@ GUARDS: list[Guard] = [
         original="        claims = run.take_claims()\n        if claims:\n",
         mutant="        claims = run.take_claims()\n        if False:\n",
         tests=(
-            f"{LEDGER_LIFE}::test_a_forgotten_run_deleted_before_its_puts_landed_leaves_no_ledger",
+            f"{LEDGER_LIFE}::test_a_run_whose_first_read_counts_as_after_the_deletion_leaves_no_ledger",
         ),
+    ),
+    Guard(
+        name="deleted stays deleted: a run this process forgot counts as begun before any deletion",
+        file="langgraph_colosseum/_core/runs.py",
+        original="            if not begins:\n                writes.note_start(BEFORE_ANY)\n",
+        mutant="            if False:\n                writes.note_start(BEFORE_ANY)\n",
+        tests=(
+            f"{DELETED}::test_a_forgotten_exit_run_of_a_thread_deleted_mid_run_is_refused_sync",
+            f"{DELETED}::test_a_forgotten_exit_run_of_a_thread_deleted_mid_run_is_refused_async",
+            f"{LEDGER_LIFE}::test_an_exit_run_whose_thread_is_deleted_does_not_pay_sync",
+            f"{LEDGER_LIFE}::test_an_exit_run_whose_thread_is_deleted_does_not_pay_async",
+        ),
+    ),
+    Guard(
+        name="deleted stays deleted: only the root namespace's read begins a run",
+        file="langgraph_colosseum/_core/store.py",
+        original="        run = self.runs.of(config, begins=not checkpoint_ns)\n",
+        mutant="        run = self.runs.of(config, begins=True)\n",
+        tests=(f"{DELETED}::test_a_forgotten_exit_run_met_again_at_a_subgraphs_read_is_refused",),
     ),
     Guard(
         name="threads.update: an update, never an insert (a deleted thread stays deleted)",

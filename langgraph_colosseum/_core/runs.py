@@ -17,7 +17,9 @@ one per run, and its subgraphs share it). So, per run, this process keeps:
   deleted likewise when its thread was deleted (`sql.BURY_ORPHAN_CLAIMS`);
 * `started`: when its first read was sent; its writes count as made then
   against a deletion of their thread (a run that read the thread before it was
-  deleted never writes it back, whatever its durability);
+  deleted never writes it back, whatever its durability). A run this process
+  forgot (see below) and meets again on anything but the read a run begins
+  with counts as begun before any deletion of its thread (`BEFORE_ANY`);
 * `nested` (on_conflict): the subgraph checkpoints it stored under a root
   checkpoint whose put it has not seen succeed (durability="async" sends a
   subgraph's puts while the root's wait their turn); when the run dies, those go whole
@@ -29,9 +31,11 @@ one per run, and its subgraphs share it). So, per run, this process keeps:
   conflict that refused it (`refusal`: its later writes raise it again).
 
 Only the newest `RUNS_KEPT` runs are remembered; a run forgotten here is still
-refused by Postgres for every write that names a deleted checkpoint (and,
-with on_conflict, its writes are no longer checked: it forks, as a run that
-named its checkpoint).
+refused by Postgres for every write that names a deleted checkpoint, and for
+every write and claim on a thread that was ever deleted (its first read is
+lost, so it may have read the thread before the deletion; a new run on a
+reused thread id that this process forgot is refused too). With on_conflict,
+its writes are no longer checked: it forks, as a run that named its checkpoint.
 """
 
 from __future__ import annotations
@@ -50,6 +54,12 @@ RUNS_KEPT = 1024
 _STORED_KEPT = 16
 
 CheckpointKey = tuple[str, str, str]  # thread_id, checkpoint_ns, checkpoint_id
+
+# `started` of a run whose first read this process does not know (it forgot
+# the run): earlier than any deletion's `before` (a uuid6 timestamp, 15 hex
+# digits), so its writes and claims are refused on a thread ever deleted, and
+# judged as before on one never deleted (sql._DELETED finds no row).
+BEFORE_ANY = "0" * 15
 
 
 class Read(NamedTuple):
@@ -208,7 +218,11 @@ class Runs:
         # id(control) -> (control, writes); the control is held so its id is not reused.
         self._runs: OrderedDict[int, tuple[Any, RunWrites]] = OrderedDict()
 
-    def of(self, config: RunnableConfig) -> RunWrites | None:
+    def of(self, config: RunnableConfig, *, begins: bool = False) -> RunWrites | None:
+        """The run's record. `begins`: the call is a read of the root namespace,
+        the read a LangGraph run begins with. A record made for any other call
+        (a write, a claim, a subgraph's read) is of a run this process forgot:
+        when it first read the thread is unknown (see BEFORE_ANY)."""
         runtime = (config.get("configurable") or {}).get(CONFIG_KEY_RUNTIME)
         control = getattr(runtime, "control", None)
         if control is None:
@@ -219,6 +233,8 @@ class Runs:
                 self._runs.move_to_end(id(control))
                 return entry[1]
             writes = RunWrites()
+            if not begins:
+                writes.note_start(BEFORE_ANY)
             self._runs[id(control)] = (control, writes)
             while len(self._runs) > self._kept:
                 self._runs.popitem(last=False)

@@ -239,7 +239,9 @@ class CheckpointStore:
     def get_tuple(self, config: RunnableConfig) -> Operation[CheckpointTuple | None]:
         thread_id, checkpoint_ns = thread_of(config)
         checkpoint_id = checkpoint_id_of(config, thread_id)
-        run = self.runs.of(config)
+        # Only the root namespace's read begins a run: a subgraph's loads its
+        # namespace mid-run, after a deletion its run may have read before.
+        run = self.runs.of(config, begins=not checkpoint_ns)
         if run is not None:
             run.note_start(uuid6_now())  # before the read is sent: see RunWrites.started
         seq = None  # set when the hot head missed and may be refilled from Postgres

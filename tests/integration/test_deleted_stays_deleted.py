@@ -34,6 +34,7 @@ from langgraph.graph.message import add_messages
 from typing_extensions import TypedDict
 
 from langgraph_colosseum import AsyncColosseumSaver, ColosseumSaver, Encryption, Retention
+from langgraph_colosseum._core.runs import Runs
 from langgraph_colosseum.errors import CheckpointDeletedError, ColosseumError
 from tests.conftest import CACHE_PREFIX, redis_url
 
@@ -521,3 +522,181 @@ def test_a_deleted_runs_writes_go_from_an_encrypted_copy_too(pg_url: str) -> Non
     encryption = Encryption({"k1": os.urandom(32)})
     with ColosseumSaver.from_conn_string(pg_url, encryption=encryption) as saver:
         _deleted_run_goes_from_a_copy(saver)
+
+
+# ===================================== a run this process no longer remembers
+#
+# The process keeps the newest `kept` runs (RUNS_KEPT, 1024; one here, so the
+# one other run each test invokes in the middle of the first makes it forget
+# the first). With durability="exit" the first read the run made is all that
+# tells its one put that it read the thread before the deletion: once that is
+# forgotten, the run counts as begun before any deletion of its thread.
+
+
+def other_run(saver: Any) -> Any:
+    """A one-node graph on the same saver: each invoke is a run of its own."""
+    builder = StateGraph(Chat)
+    builder.add_node("noop", lambda state: {})
+    builder.add_edge(START, "noop")
+    builder.add_edge("noop", END)
+    return builder.compile(checkpointer=saver)
+
+
+@pytest.fixture
+def forgetful(saver: ColosseumSaver) -> ColosseumSaver:
+    saver._store.runs = Runs(kept=1)
+    return saver
+
+
+@pytest.fixture
+def aforgetful(asaver: AsyncColosseumSaver) -> AsyncColosseumSaver:
+    asaver._store.runs = Runs(kept=1)
+    return asaver
+
+
+def test_a_forgotten_exit_run_of_a_thread_deleted_mid_run_is_refused_sync(
+    forgetful: ColosseumSaver, pg_url: str
+) -> None:
+    saver, tid = forgetful, f"forgot-{uuid.uuid4().hex[:8]}"
+    other = other_run(saver)
+
+    def purge(state: Chat) -> dict:
+        saver.delete_thread(tid)
+        other.invoke({"messages": []}, cfg(f"other-{uuid.uuid4().hex[:8]}"), durability="exit")
+        return {"messages": [AIMessage("purged", id="ai-p")]}
+
+    with pytest.raises(CheckpointDeletedError) as refused:
+        chat_graph(saver, purge).invoke(first_input(tid), cfg(tid), durability="exit")
+    assert refused.value.thread_id == tid
+    assert saver.get_tuple(cfg(tid)) is None
+    assert saver.threads.get(tid) is None
+    assert_gone(saver, pg_url, tid)
+
+
+async def test_a_forgotten_exit_run_of_a_thread_deleted_mid_run_is_refused_async(
+    aforgetful: AsyncColosseumSaver, pg_url: str
+) -> None:
+    asaver, tid = aforgetful, f"aforgot-{uuid.uuid4().hex[:8]}"
+    other = other_run(asaver)
+
+    async def purge(state: Chat) -> dict:
+        await asaver.adelete_thread(tid)
+        await other.ainvoke(
+            {"messages": []}, cfg(f"other-{uuid.uuid4().hex[:8]}"), durability="exit"
+        )
+        return {"messages": [AIMessage("purged", id="ai-p")]}
+
+    with pytest.raises(CheckpointDeletedError):
+        await chat_graph(asaver, purge).ainvoke(first_input(tid), cfg(tid), durability="exit")
+    assert await asaver.aget_tuple(cfg(tid)) is None
+    assert await asaver.threads.get(tid) is None
+    assert_gone(asaver, pg_url, tid)
+
+
+def test_a_forgotten_exit_run_met_again_at_a_subgraphs_read_is_refused(
+    forgetful: ColosseumSaver, pg_url: str
+) -> None:
+    """The first call of the forgotten run after the deletion is its subgraph's
+    read (the subgraph's loop loads its namespace): a read, but not the one a
+    run begins with, so it does not count as the run's first read."""
+    saver, tid = forgetful, f"forgot-sub-{uuid.uuid4().hex[:8]}"
+    other = other_run(saver)
+
+    def purge(state: Chat) -> dict:
+        saver.delete_thread(tid)
+        other.invoke({"messages": []}, cfg(f"other-{uuid.uuid4().hex[:8]}"), durability="exit")
+        return {}
+
+    inner = StateGraph(Chat)
+    inner.add_node("echo", lambda state: {"messages": [AIMessage("from the subgraph", id="ai-s")]})
+    inner.add_edge(START, "echo")
+    inner.add_edge("echo", END)
+    builder = StateGraph(Chat)
+    builder.add_node("purge", purge)
+    builder.add_node("sub", inner.compile())
+    builder.add_edge(START, "purge")
+    builder.add_edge("purge", "sub")
+    builder.add_edge("sub", END)
+    graph = builder.compile(checkpointer=saver)
+    with pytest.raises(CheckpointDeletedError):
+        graph.invoke(first_input(tid), cfg(tid), durability="exit")
+    assert saver.get_tuple(cfg(tid)) is None
+    assert saver.threads.get(tid) is None
+    assert_gone(saver, pg_url, tid)
+
+
+@pytest.mark.parametrize("durability", ["async", "sync", "exit"])
+def test_a_forgotten_run_of_a_thread_never_deleted_is_stored(
+    forgetful: ColosseumSaver, durability: str
+) -> None:
+    """Only a deletion of its thread makes a forgotten run's writes suspect."""
+    saver, tid = forgetful, f"kept-{uuid.uuid4().hex[:8]}"
+    other = other_run(saver)
+
+    def forget(state: Chat) -> dict:
+        other.invoke({"messages": []}, cfg(f"other-{uuid.uuid4().hex[:8]}"), durability="exit")
+        return {}
+
+    out = chat_graph(saver, forget).invoke(first_input(tid), cfg(tid), durability=durability)
+    assert [m.content for m in out["messages"]] == [SECRET, "noted", f"you said: {SECRET}"]
+    assert saver.get_tuple(cfg(tid)).checkpoint["channel_values"]["messages"][-1].id == "ai-2"
+
+
+def test_a_forgotten_new_run_on_a_reused_thread_id_is_refused(forgetful: ColosseumSaver) -> None:
+    """The price of the rule: a run that began after the deletion, on a thread id
+    deleted before, is refused as well once this process forgot it (its first
+    read cannot be told from one made before the deletion). The README says so."""
+    saver, tid = forgetful, f"reused-{uuid.uuid4().hex[:8]}"
+    other = other_run(saver)
+    chat_graph(saver, lambda state: {}).invoke(first_input(tid), cfg(tid))
+    saver.delete_thread(tid)
+
+    def forget(state: Chat) -> dict:
+        other.invoke({"messages": []}, cfg(f"other-{uuid.uuid4().hex[:8]}"), durability="exit")
+        return {}
+
+    with pytest.raises(CheckpointDeletedError):
+        chat_graph(saver, forget).invoke(first_input(tid), cfg(tid), durability="exit")
+    assert saver.get_tuple(cfg(tid)) is None
+    # A run this process remembers is not refused: the thread id is usable again.
+    out = chat_graph(saver, lambda state: {}).invoke(first_input(tid), cfg(tid), durability="exit")
+    assert out["messages"][-1].content == f"you said: {SECRET}"
+
+
+# ========================================== clocks: the host's and Postgres's
+#
+# A deletion records its time from Postgres's clock (clock_timestamp()); a
+# checkpoint's time (its uuid6 id) and a run's first read come from the
+# application host's clock. What the README states, pinned: with Postgres's
+# clock ahead of the host's by S, a run begun within S after a deletion of its
+# thread is refused as if it had begun before it. The deletion is recorded here
+# as a Postgres clock an hour ahead would have recorded it.
+
+HOUR_IN_UUID6_TICKS = 3600 * 10_000_000
+
+
+def deleted_by_a_clock_ahead(url: str, tid: str) -> None:
+    with psycopg.connect(url, autocommit=True) as conn:
+        moved = conn.execute(
+            "UPDATE colosseum_deleted_threads SET before = lpad(to_hex("
+            "('x' || lpad(before, 16, '0'))::bit(64)::bigint + %s), 15, '0') "
+            "WHERE thread_id = %s",
+            [HOUR_IN_UUID6_TICKS, tid],
+        ).rowcount
+    assert moved == 1
+
+
+@pytest.mark.parametrize("durability", ["sync", "exit"])
+def test_a_run_begun_within_the_clock_skew_after_a_deletion_is_refused(
+    saver: ColosseumSaver, pg_url: str, durability: str
+) -> None:
+    tid = f"skew-{uuid.uuid4().hex[:8]}"
+    chat_graph(saver, lambda state: {}).invoke(first_input(tid), cfg(tid))
+    saver.delete_thread(tid)
+    deleted_by_a_clock_ahead(pg_url, tid)
+    with pytest.raises(CheckpointDeletedError):
+        chat_graph(saver, lambda state: {}).invoke(
+            first_input(tid), cfg(tid), durability=durability
+        )
+    assert saver.get_tuple(cfg(tid)) is None
+    assert saver.threads.get(tid) is None

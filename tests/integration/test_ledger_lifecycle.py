@@ -37,7 +37,8 @@ from langgraph_colosseum import (
     Retention,
 )
 from langgraph_colosseum._core.ledger import default_key, is_claim
-from langgraph_colosseum._core.runs import RunWrites
+from langgraph_colosseum._core.runs import Runs, RunWrites
+from tests.conftest import CACHE_PREFIX, redis_url
 
 
 class State(TypedDict):
@@ -304,6 +305,102 @@ def test_an_exit_run_whose_thread_is_deleted_mid_run_does_not_pay(pg_url: str) -
         assert saver.get_tuple(cfg(tid)) is None
 
 
+def exit_payment_graph(saver: Any, bank: Bank, purge: Any) -> Any:
+    """purge (awaited, on an async saver) -> agent (asks for one payment) -> tools."""
+    call = {"name": "pay", "args": {"to": "bob", "amount": 5}, "id": "call-1"}
+
+    def agent(state: State) -> dict:
+        return {"messages": [AIMessage("", tool_calls=[call])]}
+
+    builder = StateGraph(State)
+    builder.add_node("purge", purge)
+    builder.add_node("agent", agent)
+    builder.add_node("tools", IdempotentToolNode([bank.pay]))
+    builder.add_edge(START, "purge")
+    builder.add_edge("purge", "agent")
+    builder.add_edge("agent", "tools")
+    builder.add_edge("tools", END)
+    return builder.compile(checkpointer=saver)
+
+
+def one_step_graph(saver: Any) -> Any:
+    """Each invoke is one more run this saver's process sees."""
+    builder = StateGraph(State)
+    builder.add_node("noop", lambda state: {})
+    builder.add_edge(START, "noop")
+    builder.add_edge("noop", END)
+    return builder.compile(checkpointer=saver)
+
+
+def head_options(hot: bool) -> dict:
+    return {"redis_url": redis_url(), "cache_prefix": CACHE_PREFIX} if hot else {}
+
+
+# durability="exit", the thread deleted mid-run, on every saver: the claim is
+# refused in its statement. "forgotten": the process keeps one run, and the
+# node that deletes also runs another graph, so the run's first read is
+# forgotten by the time it claims; it then counts as begun before the deletion.
+EXIT_CASES = [
+    pytest.param(
+        hot, forget, id=f"{'redis' if hot else 'postgres'}-{'forgotten' if forget else 'kept'}"
+    )
+    for hot in (False, True)
+    for forget in (False, True)
+]
+
+
+@pytest.mark.parametrize(("hot", "forget"), EXIT_CASES)
+def test_an_exit_run_whose_thread_is_deleted_does_not_pay_sync(
+    pg_url: str, hot: bool, forget: bool
+) -> None:
+    bank, tid = Bank(), new_tid("exit-deleted")
+    with ColosseumSaver.from_conn_string(pg_url, **head_options(hot)) as saver:
+        if forget:
+            saver._store.runs = Runs(kept=1)
+        other = one_step_graph(saver)
+
+        def purge(state: State) -> dict:
+            saver.delete_thread(tid)
+            if forget:
+                other.invoke({"messages": []}, cfg(new_tid("other")), durability="exit")
+            return {}
+
+        graph = exit_payment_graph(saver, bank, purge)
+        with pytest.raises(CheckpointDeletedError) as refused:
+            graph.invoke({"messages": []}, cfg(tid), durability="exit")
+        assert refused.value.thread_id == tid
+        assert bank.calls == [], "the tool ran for a run of a deleted thread"
+        assert ledger_rows(pg_url, tid) == []
+        assert saver.get_tuple(cfg(tid)) is None
+        assert graph.get_state(cfg(tid)).values == {}
+
+
+@pytest.mark.parametrize(("hot", "forget"), EXIT_CASES)
+async def test_an_exit_run_whose_thread_is_deleted_does_not_pay_async(
+    pg_url: str, hot: bool, forget: bool
+) -> None:
+    bank, tid = Bank(), new_tid("aexit-deleted")
+    async with AsyncColosseumSaver.from_conn_string(pg_url, **head_options(hot)) as saver:
+        if forget:
+            saver._store.runs = Runs(kept=1)
+        other = one_step_graph(saver)
+
+        async def purge(state: State) -> dict:
+            await saver.adelete_thread(tid)
+            if forget:
+                await other.ainvoke({"messages": []}, cfg(new_tid("other")), durability="exit")
+            return {}
+
+        graph = exit_payment_graph(saver, bank, purge)
+        with pytest.raises(CheckpointDeletedError) as refused:
+            await graph.ainvoke({"messages": []}, cfg(tid), durability="exit")
+        assert refused.value.thread_id == tid
+        assert bank.calls == [], "the tool ran for a run of a deleted thread"
+        assert ledger_rows(pg_url, tid) == []
+        assert await saver.aget_tuple(cfg(tid)) is None
+        assert (await graph.aget_state(cfg(tid))).values == {}
+
+
 def _delete_at_claim(action: Any) -> Any:
     """A key function that runs `action` (a deletion) once, right before the claim."""
     done: list[bool] = []
@@ -482,17 +579,19 @@ def test_a_run_deleted_before_any_of_its_puts_landed_leaves_no_ledger(pg_url: st
     assert bank.calls == [("bob", 5)], "the deleted thread's run did not pay, the new one did"
 
 
-def test_a_forgotten_run_deleted_before_its_puts_landed_leaves_no_ledger(
+def test_a_run_whose_first_read_counts_as_after_the_deletion_leaves_no_ledger(
     pg_url: str, monkeypatch: pytest.MonkeyPatch
 ) -> None:
-    """The same, for a run whose first read this process no longer remembers
-    (it keeps the newest RUNS_KEPT runs): nothing can tell its claim that the
-    run is doomed, and the tool runs. When its puts are refused (made before
-    the deletion), what it claimed goes with the writes of its checkpoints that
-    were never stored: no row of the deleted thread answers the new run."""
+    """The same, for a run whose first read does not count (as with the
+    application host's clock ahead of Postgres's, see the README: the read
+    then counts as made after the deletion): nothing can tell its claim that
+    the run is doomed, and the tool runs. When its puts are refused (made
+    before the deletion), what it claimed goes with the writes of its
+    checkpoints that were never stored: no row of the deleted thread answers
+    the new run."""
     monkeypatch.setattr(RunWrites, "note_start", lambda self, at: None)
     bank = Bank()
-    run_deleted_before_its_puts(pg_url, bank, new_tid("forgotten-before-puts"))
+    run_deleted_before_its_puts(pg_url, bank, new_tid("unread-before-puts"))
     assert bank.calls == [("bob", 5), ("bob", 5)], "the doomed run paid, the new one again"
 
 
