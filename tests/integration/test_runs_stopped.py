@@ -535,3 +535,43 @@ def test_a_rollback_after_a_rekey_puts_back_values_sealed_with_the_new_key(pg_ur
             a.join(WAIT)
             assert isinstance(outcome[0], RunRolledBackError), outcome
             assert set_by_callers(new, thread_id) == {"topic": "zero"}
+
+
+@pytest.mark.parametrize("observed", [False, True], ids=["unobserved", "observed"])
+def test_a_rollback_of_a_lapsed_run_does_not_depend_on_who_looked_first(
+    pg_url: str, observed: bool
+) -> None:
+    """A run paused past its lease (a GC pause, SIGSTOP, a slow call) and then
+    overtaken by a `rollback` run is rolled back, and its caller told so,
+    whether or not a reader of the run records (`runs.get`, `runs.list`, a
+    UI polling them) settled it as `error` first: settling lets go of the
+    thread, and the take that followed used to find no holder to stop."""
+    truncate(pg_url)
+    thread_id = new_thread("lapsed-rb")
+    holds = {"qa": (threading.Event(), threading.Event())}
+    config = {"configurable": {"thread_id": thread_id}}
+    with worker(pg_url, hot=False) as saver:
+        # A lease nobody renews during the test: its lapse is set below, by hand.
+        runs = saver.runs(held_graph(saver, holds), "enqueue", lease=timedelta(hours=1))
+        runs.invoke({"messages": ["q0"]}, config)
+        outcome: list[Any] = []
+        a = in_thread(
+            lambda: runs.invoke({"messages": ["qa"]}, config, durability="sync"), outcome
+        )
+        assert holds["qa"][0].wait(WAIT)  # A's input checkpoint is stored; A is in `answer`
+        (a_run,) = [r for r in saver.runs.list(thread_id) if r.status == "running"]
+        with psycopg.connect(pg_url, autocommit=True) as conn:
+            conn.execute(
+                "UPDATE colosseum_threads SET run_lease_until = now() - interval '1 second' "
+                "WHERE thread_id = %s",
+                (thread_id,),
+            )
+        if observed:
+            assert saver.runs.get(a_run.run_id).status == "error"  # settled by the read
+        result = runs.invoke({"messages": ["qb"]}, config, multitask_strategy="rollback")
+        holds["qa"][1].set()
+        a.join(WAIT)
+        assert isinstance(outcome[0], RunRolledBackError), outcome
+        assert result["messages"] == ["q0", "q0:answer", "qb", "qb:answer"]
+        assert saver.runs.get(a_run.run_id).status == "rolled_back"
+        assert traces(pg_url, thread_id, "qa") == []
