@@ -502,6 +502,18 @@ GUARDS: list[Guard] = [
         ),
     ),
     Guard(
+        name="runs: interrupt / rollback stop the last holder even when a reader settled it first",
+        file="langgraph_colosseum/_core/multitask.py",
+        original=(
+            "           OR (%(steal)s AND r.token = thread.run_token\n"
+            "               AND r.status = 'error' AND r.stopped_by = 'lease'))"
+        ),
+        mutant="           OR false)",
+        tests=(
+            f"{RUNS_STOPPED}::test_a_rollback_of_a_lapsed_run_does_not_depend_on_who_looked_first",
+        ),
+    ),
+    Guard(
         name="rekey: a value row is re-sealed only as it was read (a prune compacts it meanwhile)",
         file="langgraph_colosseum/_core/sql.py",
         original=(

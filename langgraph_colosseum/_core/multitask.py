@@ -141,7 +141,14 @@ stopped AS (
         stopped_by = %(run_id)s, ended_at = clock_timestamp()
     FROM thread
     WHERE EXISTS (SELECT 1 FROM go) AND r.thread_id = %(thread_id)s
-      AND r.run_id = thread.run_owner AND r.status = 'running'
+      AND ((r.run_id = thread.run_owner AND r.status = 'running')
+           -- The last holder, already settled as lapsed by a reader of the run
+           -- records (SETTLE lets go of the thread): its token is still the
+           -- thread's, so nobody took the thread since. interrupt / rollback
+           -- stop it as they would have stopped it unsettled, so what a
+           -- rollback removes does not depend on who looked first.
+           OR (%(steal)s AND r.token = thread.run_token
+               AND r.status = 'error' AND r.stopped_by = 'lease'))
     RETURNING r.run_id, r.status
 ),
 -- metadata_keys, empty: a process of older code (before schema 12) that rolls

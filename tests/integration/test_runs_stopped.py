@@ -555,9 +555,7 @@ def test_a_rollback_of_a_lapsed_run_does_not_depend_on_who_looked_first(
         runs = saver.runs(held_graph(saver, holds), "enqueue", lease=timedelta(hours=1))
         runs.invoke({"messages": ["q0"]}, config)
         outcome: list[Any] = []
-        a = in_thread(
-            lambda: runs.invoke({"messages": ["qa"]}, config, durability="sync"), outcome
-        )
+        a = in_thread(lambda: runs.invoke({"messages": ["qa"]}, config, durability="sync"), outcome)
         assert holds["qa"][0].wait(WAIT)  # A's input checkpoint is stored; A is in `answer`
         (a_run,) = [r for r in saver.runs.list(thread_id) if r.status == "running"]
         with psycopg.connect(pg_url, autocommit=True) as conn:
