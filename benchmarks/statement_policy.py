@@ -57,7 +57,7 @@ def old_policy(on: bool):
 
         def q(sql_, params=None, fetch=True, prepare=False):
             if prepare is True:
-                writes = (sql.PUT, sql.PUT_WRITES, sql.PUT_NO_HEAD, sql.PUT_WRITES_NO_HEAD)
+                writes = (sql.PUT, sql.PUT_NO_HEAD, *sql.PUT_WRITES_BY.values())
                 prepare = None if sql_ in writes else False
             return Query(sql_, params, fetch, prepare)
 

@@ -1216,7 +1216,7 @@ class CheckpointStore:
         }
         run = self.runs.of(config)
         params["created"] = made_at(run, checkpoint_id)
-        statement = sql.PUT_WRITES if self.hot is not None else sql.PUT_WRITES_NO_HEAD
+        statement = sql.PUT_WRITES_BY[self.hot is not None, params["status"] is not None]
         if self.on_conflict:
             statement = sql.PUT_WRITES_ON_CONFLICT
         here = Where(thread_id, checkpoint_ns, checkpoint_id, "<writes>")

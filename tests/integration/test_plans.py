@@ -165,7 +165,10 @@ CASES = {
     "put": (sql.PUT, PUT),
     "put_writes": (sql.PUT_WRITES, PUT_WRITES),
     "put without a Redis head": (sql.PUT_NO_HEAD, PUT),
-    "put_writes without a Redis head": (sql.PUT_WRITES_NO_HEAD, PUT_WRITES),
+    **{
+        f"put_writes (Redis head, status: {key})": (statement, PUT_WRITES)
+        for key, statement in sql.PUT_WRITES_BY.items()
+    },
 }
 
 

@@ -19,7 +19,7 @@ HOT = {
     "PUT": sql.PUT,
     "PUT_WRITES": sql.PUT_WRITES,
     "PUT_NO_HEAD": sql.PUT_NO_HEAD,
-    "PUT_WRITES_NO_HEAD": sql.PUT_WRITES_NO_HEAD,
+    **{f"PUT_WRITES_BY{key}": statement for key, statement in sql.PUT_WRITES_BY.items()},
     "WRITE_LOCK": sql.WRITE_LOCK,
     "GET_TUPLE_LATEST": sql.GET_TUPLE_LATEST,
     "GET_TUPLE_LATEST_FOR_HEAD": sql.GET_TUPLE_LATEST_FOR_HEAD,
