@@ -12,7 +12,10 @@ Redis on made a saver cheaper or dearer.
 The connection is one of the client's own: taken from its pool and never
 given back while it works, so redis-py has connected it as configured
 (address, TLS, AUTH, SELECT, client name) and closes it with the client
-(``aclose()``). Only the loop of requests and replies is done here, on its
+(``aclose()``). Nothing of the hot cache needs a second connection of that
+pool meanwhile (a pool of one connection serves it): its scripts are loaded
+over the wire, and a broken wire is given back before a fresh one is taken.
+Only the loop of requests and replies is done here, on its
 transport, in the protocol (RESP2 or RESP3) redis-py agreed with the server:
 hiredis parses both, and the scripts' replies (arrays, integers, strings) read
 the same in either. What this cannot drive (no hiredis, a connection without

@@ -305,6 +305,9 @@ class AsyncRedisCache:
         self._wires: weakref.WeakKeyDictionary[asyncio.AbstractEventLoop, Wire] = (
             weakref.WeakKeyDictionary()
         )
+        self._wire_locks: weakref.WeakKeyDictionary[asyncio.AbstractEventLoop, asyncio.Lock] = (
+            weakref.WeakKeyDictionary()
+        )
         self._direct = self.pipelined
 
     async def perform(self, request: CacheCall | CacheDrop) -> Any:
@@ -352,10 +355,6 @@ class AsyncRedisCache:
         """Each request's result (its script's reply, None for a drop) or exception."""
         if not self.pipelined:
             return [await self._send_one(pending) for pending in batch]
-        if not self._loaded:
-            for script in self.scripts.values():
-                await self.client.script_load(script.script)
-            self._loaded = True
         commands: list[tuple[Any, ...]] = []
         for request, deletions, _ in batch:
             commands += (("DEL", key) for key in deletions)
@@ -364,7 +363,23 @@ class AsyncRedisCache:
                 commands.append(("EVALSHA", sha, 1, request.key, *request.args))
         wire = await self._wire() if self._direct else None
         if wire is not None:
-            return _results(batch, await wire.execute(commands))
+            if self._loaded:
+                return _results(batch, await wire.execute(commands))
+            # The scripts go ahead of the batch on the wire itself: the Wire
+            # holds its connection for good, and asking the client would take
+            # a second one from the pool, which a pool of one never gives
+            # (a BlockingConnectionPool waits for it forever).
+            loads = [("SCRIPT", "LOAD", script.script) for script in self.scripts.values()]
+            replies = await wire.execute(loads + commands)
+            failure = next((r for r in replies[: len(loads)] if isinstance(r, Exception)), None)
+            if failure is not None:
+                raise failure
+            self._loaded = True
+            return _results(batch, replies[len(loads) :])
+        if not self._loaded:
+            for script in self.scripts.values():
+                await self.client.script_load(script.script)
+            self._loaded = True
         if len(batch) == 1 and isinstance(batch[0].request, CacheCall) and not batch[0].deletions:
             # Alone in its turn (most requests, unless many threads write at
             # once): a pipeline object would only add its own cost, ~40 µs of CPU.
@@ -389,21 +404,25 @@ class AsyncRedisCache:
         wire = self._wires.get(loop)
         if wire is not None and not wire.closed:
             return wire
-        if wire is not None:
-            del self._wires[loop]
-            await wire.release()
-        fresh = await take_wire(self.client)
-        if fresh is None:
-            self._direct = False
-            return None
-        wire = self._wires.get(loop)  # another batch of this loop took one meanwhile
-        if wire is not None and not wire.closed:
-            fresh.closed = True
-            fresh.transport.close()
-            await fresh.release()
-            return wire
-        self._wires[loop] = fresh
-        return fresh
+        # One batch at a time replaces the wire, the broken one given back
+        # before a fresh one is taken: batches racing here would each take a
+        # connection, and a pool of one has only the one.
+        lock = self._wire_locks.get(loop)
+        if lock is None:
+            lock = self._wire_locks[loop] = asyncio.Lock()
+        async with lock:
+            wire = self._wires.get(loop)
+            if wire is not None and not wire.closed:
+                return wire  # another batch of this loop took one meanwhile
+            if wire is not None:
+                del self._wires[loop]
+                await wire.release()
+            fresh = await take_wire(self.client)
+            if fresh is None:
+                self._direct = False
+                return None
+            self._wires[loop] = fresh
+            return fresh
 
     async def _send_one(self, pending: Pending) -> Any:
         try:

@@ -691,3 +691,123 @@ async def test_a_reply_past_the_timeout_fails_its_batch_and_no_later_one(
         assert second is not first and not second.closed
     admin.close()
     await client.aclose()
+
+
+def one_connection_client(server: RedisServer, blocking: bool) -> redis.asyncio.Redis:
+    """An asyncio client whose pool holds one connection: the Wire's, so the hot
+    cache must never need a second one."""
+    options = client_options()
+    options["retry"] = redis.asyncio.retry.Retry(redis.backoff.NoBackoff(), 0)
+    if blocking:
+        # timeout: a second checkout fails (rather than waiting forever) while
+        # the Wire holds the only connection, so the test fails and not hangs.
+        pool: Any = redis.asyncio.BlockingConnectionPool(
+            host="127.0.0.1", port=server.port, max_connections=1, timeout=5, **options
+        )
+    else:
+        pool = redis.asyncio.ConnectionPool(
+            host="127.0.0.1", port=server.port, max_connections=1, **options
+        )
+    return redis.asyncio.Redis(connection_pool=pool)
+
+
+@pytest.mark.parametrize("blocking", [False, True], ids=["pool", "blocking-pool"])
+async def test_a_one_connection_pool_recovers_from_a_script_flush_and_a_restart(
+    pg_url: str, truth: ColosseumSaver, private_redis: RedisServer, blocking: bool
+) -> None:
+    """The Wire holds its pool's connection for good; reloading the scripts
+    after NOSCRIPT (SCRIPT FLUSH, a restarted Redis) goes over that connection,
+    so a pool of one serves the head from Redis again (a second checkout used
+    to fail, or wait forever on a blocking pool)."""
+    truncate(pg_url)
+    client = one_connection_client(private_redis, blocking)
+    admin = private_redis.client()
+    async with AsyncColosseumSaver.from_conn_string(pg_url) as plain:
+        saver = AsyncColosseumSaver(plain.conn, cache=client, cache_prefix=PREFIX)
+        graph = chat_graph(saver)
+
+        async def turn_and_check() -> None:
+            await asyncio.gather(*(graph.ainvoke(say("q"), thread(f"one-{i}")) for i in range(3)))
+            for i in range(3):
+                want = truth.get_tuple(thread(f"one-{i}"))
+                got = await saver.aget_tuple(thread(f"one-{i}"))
+                assert got is not None and want is not None
+                assert got.checkpoint == want.checkpoint
+                assert got.pending_writes == want.pending_writes
+            assert saver.cache.breaker.backoff == 0.0, "no Redis failure"
+            sent = record_requests(saver)
+            await saver.aget_tuple(thread("one-0"))
+            assert [type(r) for r in sent] == [CacheCall], "served by Redis"
+            del saver._perform  # stop recording
+
+        await turn_and_check()
+        admin.script_flush()
+        await turn_and_check()
+        private_redis.kill()
+        await graph.ainvoke(say("q"), thread("one-0"))  # Postgres alone, the head stale
+        private_redis.start()
+        saver.cache.breaker.retry_at = 0.0  # probe now rather than after the backoff
+        await turn_and_check()
+    admin.close()
+    await client.aclose()
+
+
+@pytest.mark.parametrize("blocking", [False, True], ids=["pool", "blocking-pool"])
+async def test_batches_replacing_a_broken_wire_share_one_connection(
+    pg_url: str,
+    truth: ColosseumSaver,
+    private_redis: RedisServer,
+    blocking: bool,
+    monkeypatch: pytest.MonkeyPatch,
+    caplog: pytest.LogCaptureFixture,
+) -> None:
+    """Two batches find the wire broken at once: one takes the pool's only
+    connection anew and the other waits for it, rather than taking a second."""
+    import langgraph_colosseum.cache as cache_module
+
+    truncate(pg_url)
+    client = one_connection_client(private_redis, blocking)
+    async with AsyncColosseumSaver.from_conn_string(pg_url) as plain:
+        saver = AsyncColosseumSaver(plain.conn, cache=client, cache_prefix=PREFIX)
+        graph = chat_graph(saver)
+        for name in ("cut-a", "cut-b"):
+            await graph.ainvoke(say("q"), thread(name))
+            await saver.aget_tuple(thread(name))  # refilled: hot
+        (wire,) = saver.cache._wires.values()
+        wire._abort(redis.exceptions.ConnectionError("cut by the test"))
+
+        # Hooks: the first batch, about to take a fresh connection, waits until
+        # a second batch (sent in a later turn) has come to take one as well.
+        second_came = asyncio.Event()
+        entries = 0
+        second: list[asyncio.Task[Any]] = []
+        original_wire, original_take = saver.cache._wire, cache_module.take_wire
+
+        async def wire_hook() -> Any:
+            nonlocal entries
+            entries += 1
+            if entries == 2:
+                second_came.set()
+            return await original_wire()
+
+        async def take_hook(client: Any) -> Any:
+            if not second:
+                second.append(asyncio.create_task(saver.aget_tuple(thread("cut-b"))))
+            await second_came.wait()
+            return await original_take(client)
+
+        saver.cache._wire = wire_hook  # type: ignore[method-assign]
+        monkeypatch.setattr(cache_module, "take_wire", take_hook)
+        got_a = await saver.aget_tuple(thread("cut-a"))
+        got_b = await second[0]
+        assert entries == 2
+        failures = [r.getMessage() for r in caplog.records if r.levelno >= logging.WARNING]
+        assert not failures, "neither batch failed (a later success would hide one)"
+        for name, got in (("cut-a", got_a), ("cut-b", got_b)):
+            want = truth.get_tuple(thread(name))
+            assert got is not None and want is not None and got.checkpoint == want.checkpoint
+        assert saver.cache.breaker.backoff == 0.0, "no Redis failure"
+        sent = record_requests(saver)
+        await saver.aget_tuple(thread("cut-b"))
+        assert [type(r) for r in sent] == [CacheCall], "served by Redis"
+    await client.aclose()
