@@ -1937,15 +1937,20 @@ class CheckpointStore:
             if k != "channel_versions"
         }
         document = self._encoded(rest, where)
+        # The checkpoint's own keys named as the document's (a user's
+        # "$key_order"): moved into the recorded key order, then in its
+        # object form, which no row stored before had (it was an int or list).
+        own = {name: document.pop(name) for name in _RESERVED if name in document}
         document["channel_versions"] = versions
         # Key order, recorded only where reading back would not restore it: the
         # checkpoint's own keys (channel_values always comes last on the way
         # back, as from InMemorySaver) and the channels (channel_values' order).
         restored = _checkpoint_key_order(sorted(keys, key=_jsonb_key) if plain else keys)
-        if keys != restored:
+        if keys != restored or own:
             # LangGraph's usual orders by their number, not their ~90 bytes of names.
             known = _KNOWN_KEY_ORDERS.get(tuple(keys))
-            document[_KEY_ORDER] = keys if known is None else known
+            order = keys if known is None else known
+            document[_KEY_ORDER] = {"keys": order, "own": own} if own else order
         if not in_jsonb_order(versions):
             document[_CHANNEL_ORDER] = list(versions)
         try:
@@ -1967,6 +1972,12 @@ class CheckpointStore:
                 raise CodecError("channel_versions is not an object of channel -> version")
         recorded_keys = raw.pop(_KEY_ORDER, None)
         channels = _recorded_order(raw.pop(_CHANNEL_ORDER, None), list(versions))
+        if type(recorded_keys) is dict:  # with the checkpoint's keys named as ours
+            own = recorded_keys.get("own")
+            if type(own) is not dict or not own or not own.keys() <= _RESERVED:
+                raise CodecError("a recorded key order holds keys that are not the document's")
+            raw.update(own)
+            recorded_keys = recorded_keys.get("keys")
         rest = self.codec.registry.decode(raw)
         if type(rest) is not dict:
             raise CodecError("the checkpoint is not a plain object")
@@ -2019,6 +2030,7 @@ def _claim_of(row: tuple) -> str | None:
 # Not a Checkpoint key; the rest of the document goes through the codec.
 _CHANNEL_ORDER = "$channel_order"
 _KEY_ORDER = "$key_order"  # the same for the checkpoint's own keys
+_RESERVED = frozenset((_CHANNEL_ORDER, _KEY_ORDER))
 # The order of a Checkpoint's fields as LangGraph builds one (`empty_checkpoint`,
 # `create_checkpoint`): restored without being recorded.
 _CHECKPOINT_FIELDS = (

@@ -18,13 +18,18 @@ from hypothesis import strategies as st
 from langchain_core.messages import AIMessage, HumanMessage
 from langgraph.checkpoint.base import empty_checkpoint
 from langgraph.checkpoint.base.id import uuid6
+from langgraph.checkpoint.memory import InMemorySaver
 from langgraph.checkpoint.serde.encrypted import EncryptedSerializer
 from langgraph.checkpoint.serde.types import ERROR
 from langgraph.types import Send
 
-from langgraph_colosseum import ColosseumSaver
+from langgraph_colosseum import AsyncColosseumSaver, ColosseumSaver
 from langgraph_colosseum._core.codec import in_jsonb_order
-from langgraph_colosseum.errors import UnregisteredClassError, ValueNotStorableError
+from langgraph_colosseum.errors import (
+    CorruptRowError,
+    UnregisteredClassError,
+    ValueNotStorableError,
+)
 from tests.conftest import truncate
 from tests.unit.test_codec import APP_TYPES, Position, plain_keys, same, values
 
@@ -497,3 +502,71 @@ def test_a_cleared_channel_stores_no_row(saver: ColosseumSaver, pg_url: str) -> 
     for got in (saver.get_tuple(config), next(iter(saver.list(config)))):
         assert got.checkpoint["channel_values"] == {"a": 1}
         assert got.checkpoint["channel_versions"]["b"] == version
+
+
+def _with_reserved_keys(key: str) -> list[dict]:
+    """Checkpoints with a top-level key named as one the stored document keeps
+    for itself (`key`): alone, after channels whose order is recorded, in a key
+    order of its own, and beside the other reserved name."""
+    base = empty_checkpoint()
+    base["channel_values"] = {"bb": 1, "a": {"z": 1, "y": 2}}
+    base["channel_versions"] = {"bb": 1, "a": 1}  # not jsonb's order: recorded
+    other = "$channel_order" if key == "$key_order" else "$key_order"
+    checkpoints = []
+    for value in (1, ["bb", "a"], {"keys": 0, "own": {}}, None, "x"):
+        alone = {**base, "id": str(uuid6()), key: value}
+        first = {key: value, **base, "id": str(uuid6())}
+        both = {**base, "id": str(uuid6()), other: [0], key: value}
+        checkpoints += (alone, first, both)
+    return checkpoints
+
+
+@pytest.mark.parametrize("key", ["$key_order", "$channel_order"])
+def test_a_checkpoint_key_named_as_a_reserved_one_round_trips(
+    saver: ColosseumSaver, key: str
+) -> None:
+    """What put accepts reads back as InMemorySaver gives it, even a checkpoint
+    key named as one of the document's own (it used to read as a corrupt row)."""
+    memory = InMemorySaver()
+    for n, checkpoint in enumerate(_with_reserved_keys(key)):
+        config = {"configurable": {"thread_id": f"reserved-{key}-{n}", "checkpoint_ns": ""}}
+        versions = dict(checkpoint["channel_versions"])
+        want = memory.get_tuple(memory.put(config, dict(checkpoint), {"step": -1}, versions))
+        stored = saver.put(config, dict(checkpoint), {"step": -1}, versions)
+        # The second get_tuple is the hot head's, where there is one.
+        for got in (saver.get_tuple(config), saver.get_tuple(stored), *saver.list(config)):
+            assert got is not None and repr(got.checkpoint) == repr(want.checkpoint)
+
+
+@pytest.mark.parametrize("key", ["$key_order", "$channel_order"])
+async def test_a_checkpoint_key_named_as_a_reserved_one_round_trips_async(
+    asaver: AsyncColosseumSaver, key: str
+) -> None:
+    memory = InMemorySaver()
+    for n, checkpoint in enumerate(_with_reserved_keys(key)):
+        config = {"configurable": {"thread_id": f"areserved-{key}-{n}", "checkpoint_ns": ""}}
+        versions = dict(checkpoint["channel_versions"])
+        want = memory.get_tuple(memory.put(config, dict(checkpoint), {"step": -1}, versions))
+        stored = await asaver.aput(config, dict(checkpoint), {"step": -1}, versions)
+        listed = [t async for t in asaver.alist(config)]
+        for got in (await asaver.aget_tuple(config), await asaver.aget_tuple(stored), *listed):
+            assert got is not None and repr(got.checkpoint) == repr(want.checkpoint)
+
+
+def test_a_recorded_key_order_holding_other_keys_is_a_corrupt_row(pg_url: str) -> None:
+    """The object form of the recorded key order brings back only the names the
+    document keeps for itself: one naming any other key (a tampered row) is
+    refused, not read as a checkpoint key."""
+    truncate(pg_url)
+    checkpoint = {**empty_checkpoint(), "$key_order": 1}
+    config = {"configurable": {"thread_id": "reserved-tampered", "checkpoint_ns": ""}}
+    with ColosseumSaver.from_conn_string(pg_url) as saver:
+        stored = saver.put(config, checkpoint, {"step": -1}, {})
+        assert saver.get_tuple(stored).checkpoint["$key_order"] == 1
+        with psycopg.connect(pg_url, autocommit=True) as conn:
+            conn.execute(
+                "UPDATE colosseum_checkpoints SET checkpoint = jsonb_set(checkpoint, "
+                "'{$key_order,own}', '{\"v\": 2}') WHERE thread_id = 'reserved-tampered'"
+            )
+        with pytest.raises(CorruptRowError, match="not the document's"):
+            saver.get_tuple(stored)
