@@ -128,7 +128,10 @@ def test_a_write_racing_state_migrate_stays_the_head(pg_url: str, hot: bool) -> 
         graph.checkpointer.before = hook = Once(
             lambda r: (
                 isinstance(r, Transaction)
-                and any(getattr(q, "sql", None) is store_sql.PUT for q in r.queries)
+                and any(
+                    getattr(q, "sql", None) in (store_sql.PUT, store_sql.PUT_NO_HEAD)
+                    for q in r.queries
+                )
             ),
             the_migration,
         )
