@@ -428,7 +428,7 @@ async def _async_transaction_checks(pg_url: str, lean: bool) -> None:
 
 @pytest.mark.parametrize("coalesced", [False, True], ids=["alone", "coalesced"])
 async def test_a_cancelled_request_leaves_its_connection_usable(
-    pg_url: str, coalesced: bool
+    pg_url: str, coalesced: bool, monkeypatch: pytest.MonkeyPatch
 ) -> None:
     """A task cancelled while its request waits for the server (here, for an
     advisory lock another session holds) does not leave the pool's only
@@ -436,8 +436,10 @@ async def test_a_cancelled_request_leaves_its_connection_usable(
     gets its own answer. Alone, psycopg cancels the statement on the server;
     coalesced (a hot request, _coalesce.py), the round trip it shares is read
     to its end once the lock is let go."""
+    from langgraph_colosseum import aio
     from langgraph_colosseum._core.io import Query, single
 
+    monkeypatch.setattr(aio, "COALESCE", coalesced)  # off by default (aio.py)
     holder = await psycopg.AsyncConnection.connect(pg_url, autocommit=True)
     await holder.execute("SELECT pg_advisory_lock(7402)")
     try:
@@ -466,12 +468,16 @@ async def test_a_cancelled_request_leaves_its_connection_usable(
         await holder.close()
 
 
-async def test_coalesced_requests_are_each_their_own_transaction(pg_url: str) -> None:
+async def test_coalesced_requests_are_each_their_own_transaction(
+    pg_url: str, monkeypatch: pytest.MonkeyPatch
+) -> None:
     """Hot requests sent together share a connection and a round trip
     (_coalesce.py), each with its own Sync: one that fails rolls back alone,
     the others commit, and each caller gets its own answer."""
-    from langgraph_colosseum import _driver
+    from langgraph_colosseum import _driver, aio
     from langgraph_colosseum._core.io import Query, single
+
+    monkeypatch.setattr(aio, "COALESCE", True)  # off by default (aio.py)
 
     def hot(*queries: Query) -> Transaction:
         return Transaction(tuple(q._replace(prepare=True) for q in queries))
@@ -587,3 +593,25 @@ def test_a_connection_the_lean_path_used_is_freed(pg_url: str) -> None:
     del conn
     gc.collect()
     assert freed() is None
+
+
+async def test_a_bad_put_writes_among_concurrent_puts_fails_alone(pg_url: str) -> None:
+    """A put_writes whose task_id holds a NUL byte, sent while puts of other
+    threads are under way on a one-connection pool, fails alone: the other
+    callers succeed and their checkpoints are stored (a review's finding:
+    coalesced into one round trip, its parameter error failed them all)."""
+    async with AsyncColosseumSaver.from_conn_string(pg_url, max_size=1) as saver:
+        conf = await saver.aput(thread("nul-writer"), empty_checkpoint(), {"step": -1}, {})
+        cfgs = [thread(f"nul-neighbour-{i}") for i in range(4)]
+        outcomes = await asyncio.gather(
+            saver.aput(cfgs[0], empty_checkpoint(), {"step": -1}, {}),
+            saver.aput(cfgs[1], empty_checkpoint(), {"step": -1}, {}),
+            saver.aput_writes(conf, [("ch", 1)], "ta\x00sk"),
+            saver.aput(cfgs[2], empty_checkpoint(), {"step": -1}, {}),
+            saver.aput(cfgs[3], empty_checkpoint(), {"step": -1}, {}),
+            return_exceptions=True,
+        )
+        assert isinstance(outcomes[2], Exception)
+        assert not any(isinstance(o, BaseException) for i, o in enumerate(outcomes) if i != 2)
+        for cfg in cfgs:
+            assert await saver.aget_tuple(cfg) is not None
