@@ -57,7 +57,7 @@ from langgraph_colosseum._core.io import (
     Sleep,
     Transaction,
 )
-from langgraph_colosseum._core.keys import checked_key
+from langgraph_colosseum._core.keys import checked_key, shown
 from langgraph_colosseum._core.runs import Read, Runs, RunWrites
 from langgraph_colosseum._core.threads import UnreadableRows
 from langgraph_colosseum._core.values import (
@@ -1160,6 +1160,15 @@ class CheckpointStore:
                 f"put_writes for thread {thread_id!r} needs configurable.checkpoint_id "
                 "(the checkpoint the writes belong to)"
             )
+        # Refused here, before any I/O, as NULs in the keys are (keys.py): else a
+        # raw DataError from the driver, after the writes' values were encoded.
+        for what, value in (("task_id", task_id), ("task_path", task_path)):
+            if "\x00" in value:
+                raise InvalidConfigError(
+                    f"put_writes for thread {shown(thread_id)}, checkpoint {checkpoint_id!r}: "
+                    f"{what} {shown(value)} contains a NUL character, which Postgres text "
+                    "cannot hold. Nothing was written."
+                )
         # A special channel has one slot per task (its negative idx) and the last
         # write to it wins, as in InMemorySaver: a node that interrupts twice
         # hands over `__resume__` twice in one call.

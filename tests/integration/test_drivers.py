@@ -611,7 +611,25 @@ async def test_a_bad_put_writes_among_concurrent_puts_fails_alone(pg_url: str) -
             saver.aput(cfgs[3], empty_checkpoint(), {"step": -1}, {}),
             return_exceptions=True,
         )
-        assert isinstance(outcomes[2], Exception)
+        assert isinstance(outcomes[2], InvalidConfigError)
+        assert "task_id" in str(outcomes[2]) and "nul-writer" in str(outcomes[2])
         assert not any(isinstance(o, BaseException) for i, o in enumerate(outcomes) if i != 2)
         for cfg in cfgs:
             assert await saver.aget_tuple(cfg) is not None
+
+
+@pytest.mark.parametrize("field", ["task_id", "task_path"])
+async def test_a_nul_in_a_task_id_or_path_is_refused_before_any_io(pg_url: str, field: str) -> None:
+    """put_writes refuses a NUL in task_id or task_path with an error of ours
+    naming the thread and the field, sync and async, and stores nothing."""
+    bad = {"task_id": "t", "task_path": "p", field: "a\x00b"}
+    with ColosseumSaver.from_conn_string(pg_url) as saver:
+        conf = saver.put(thread("nul-task-sync"), empty_checkpoint(), {"step": -1}, {})
+        with pytest.raises(InvalidConfigError, match=f"nul-task-sync.*{field}"):
+            saver.put_writes(conf, [("ch", 1)], bad["task_id"], bad["task_path"])
+        assert saver.get_tuple(conf).pending_writes == []
+    async with AsyncColosseumSaver.from_conn_string(pg_url) as asaver:
+        conf = await asaver.aput(thread("nul-task-async"), empty_checkpoint(), {"step": -1}, {})
+        with pytest.raises(InvalidConfigError, match=f"nul-task-async.*{field}"):
+            await asaver.aput_writes(conf, [("ch", 1)], bad["task_id"], bad["task_path"])
+        assert (await asaver.aget_tuple(conf)).pending_writes == []
