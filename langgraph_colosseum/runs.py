@@ -156,8 +156,10 @@ class GraphRuns:
         run_id = config.get("run_id") or uuid.uuid4()
         config["run_id"] = run_id
         # In `configurable`, LangGraph copies it into each checkpoint's metadata
-        # (the run_id column, which rollback's delete_for_runs finds them by),
-        # and it stays out of the thread's registry metadata.
+        # (the run_id column, which rollback's delete_for_runs finds them by).
+        # LangGraph also copies it into the config's metadata, so the thread's
+        # registry metadata shows the last run's run_id (a rollback puts the
+        # one before back, like any key the stopped run set).
         config["configurable"] = {**config["configurable"], "run_id": str(run_id)}
         start = ops.start(
             self.saver._store, str(thread_id), str(run_id),
