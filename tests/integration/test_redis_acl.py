@@ -26,7 +26,13 @@ from langgraph_colosseum import AsyncColosseumSaver, ColosseumSaver
 from langgraph_colosseum.cli import app
 from langgraph_colosseum.memory import AsyncColosseumStore, ColosseumStore
 from tests.conftest import server_url
-from tests.integration.redis_servers import RedisCluster, RedisServer, readme_acl
+from tests.integration.redis_servers import (
+    RedisCluster,
+    RedisServer,
+    readme_acl,
+    server_binary,
+    valkey_binary,
+)
 from tests.integration.store_support import fresh_database
 from tests.integration.test_cache import chat_graph, fanout_graph, say, thread
 
@@ -122,16 +128,27 @@ def check_exact(nodes: list[RedisServer], rules: list[str]) -> None:
     assert [c for c in named if c not in sent(nodes)] == [], "granted but never sent"
 
 
+# Debian's Redis 7.0 and the Valkey the embedded default runs: a newer server
+# knows commands 7.0 lacks, which a client library may send on its own
+# (redis-py's CLIENT SETINFO on each connection, from Redis 7.2 on).
+SERVERS = {"redis": server_binary, "valkey": valkey_binary}
+
+
+@pytest.fixture(params=sorted(SERVERS))
+def binary(request: pytest.FixtureRequest) -> str:
+    return SERVERS[request.param]()
+
+
 @pytest.fixture
-def one_server() -> Iterator[RedisServer]:
-    server = RedisServer().start()
+def one_server(binary: str) -> Iterator[RedisServer]:
+    server = RedisServer(binary=binary).start()
     yield server
     server.stop()
 
 
 @pytest.fixture
-def cluster() -> Iterator[RedisCluster]:
-    servers = RedisCluster().start()
+def cluster(binary: str) -> Iterator[RedisCluster]:
+    servers = RedisCluster(binary=binary).start()
     yield servers
     servers.stop()
 
