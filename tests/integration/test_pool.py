@@ -151,3 +151,43 @@ async def test_pgbouncer_refuses_an_async_connection_that_prepares(pg_url: str) 
             AsyncColosseumSaver(conn, pgbouncer=True)
         conn.prepare_threshold = None
         assert AsyncColosseumSaver(conn, pgbouncer=True).conn is conn
+
+
+def backends_that_ran(url: str, application_name: str, text: str) -> set[int]:
+    with psycopg.connect(url, autocommit=True) as conn:
+        rows = conn.execute(
+            "SELECT pid FROM pg_stat_activity WHERE application_name = %s AND query LIKE %s",
+            (application_name, f"%{text}%"),
+        ).fetchall()
+    return {pid for (pid,) in rows}
+
+
+# A sequential caller keeps to the connection it gave back last: Postgres plans
+# a prepared statement afresh on its first five runs on each connection, so
+# rotating through the pool paid that warm-up once per connection (see
+# _pool.StampingConnectionPool).
+def test_a_sequential_caller_keeps_to_one_connection_sync(pg_url: str) -> None:
+    name = f"colosseum-lifo-{uuid.uuid4().hex[:8]}"
+    options = {"min_size": POOL, "max_size": POOL, "application_name": name}
+    with ColosseumSaver.from_conn_string(pg_url, check_idle_after=None, **options) as saver:
+        saver.conn.wait()
+        stored = saver.put(config("lifo"), empty_checkpoint(), {"step": 0}, {})
+        for _ in range(2 * POOL):
+            assert saver.get_tuple(stored) is not None
+        assert len(backends(pg_url, name)) == POOL
+        assert len(backends_that_ran(pg_url, name, "colosseum_checkpoints")) == 1
+
+
+async def test_a_sequential_caller_keeps_to_one_connection_async(pg_url: str) -> None:
+    name = f"colosseum-lifo-{uuid.uuid4().hex[:8]}"
+    options = {"min_size": POOL, "max_size": POOL, "application_name": name}
+    async with AsyncColosseumSaver.from_conn_string(
+        pg_url, check_idle_after=None, **options
+    ) as saver:
+        await saver.conn.wait()
+        stored = await saver.aput(config("lifo"), empty_checkpoint(), {"step": 0}, {})
+        for _ in range(2 * POOL):
+            assert await saver.aget_tuple(stored) is not None
+        assert len(await asyncio.to_thread(backends, pg_url, name)) == POOL
+        ran = await asyncio.to_thread(backends_that_ran, pg_url, name, "colosseum_checkpoints")
+        assert len(ran) == 1
