@@ -39,7 +39,9 @@ def one(bench: Bench, name: str, shape: str, n: int) -> dict:
         thread = f"{shape}-{uuid.uuid4().hex[:8]}"
         with Meter(bench) as m:
             if shape == "direct":
-                fill(saver, {"configurable": {"thread_id": thread, "checkpoint_ns": ""}}, 0, n, None)
+                fill(
+                    saver, {"configurable": {"thread_id": thread, "checkpoint_ns": ""}}, 0, n, None
+                )
             else:
                 loop_graph(saver).invoke(
                     {"counter": 0, "target": n},
@@ -103,7 +105,7 @@ def main() -> None:
             ratios["list"].append(ours["list"]["wall_s"] / ref["list"]["wall_s"])
             ratios["puts"].append(ours["put"]["puts_per_s"] / ref["put"]["puts_per_s"])
 
-        def med(name, part, key):
+        def med(name, part, key, cells=cells):
             return statistics.median(r[part][key] for r in cells[name])
 
         print(
