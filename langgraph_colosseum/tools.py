@@ -48,7 +48,7 @@ from langgraph_colosseum._core.ledger import (
     lineage_of,
 )
 from langgraph_colosseum._core.runs import RunWrites
-from langgraph_colosseum._core.store import _run_id_of, made_at
+from langgraph_colosseum._core.store import _run_id_of, seen_of
 from langgraph_colosseum._leases import arenewing, renewing
 from langgraph_colosseum.errors import (
     CheckpointDeletedError,
@@ -210,10 +210,7 @@ class IdempotentToolNode(ToolNode):
             if claim:
                 _claim_begins(run, plan)
             try:
-                result = ledger._run(io.single(req))
-                if claim:  # recorded while in flight: a burial waits for it
-                    _claimed(run, plan, result)
-                return result
+                return ledger._run(io.single(req))
             except psycopg.errors.UniqueViolation:
                 return _lost_claim(req)
             finally:
@@ -243,10 +240,7 @@ class IdempotentToolNode(ToolNode):
             if claim:
                 _claim_begins(run, plan)
             try:
-                result = await ledger._arun(io.single(req))
-                if claim:  # recorded while in flight: a burial waits for it
-                    _claimed(run, plan, result)
-                return result
+                return await ledger._arun(io.single(req))
             except psycopg.errors.UniqueViolation:
                 return _lost_claim(req)
             finally:
@@ -298,10 +292,11 @@ def _lost_claim(request: Request) -> list:
 
 
 # A claim is a write of its run, as its puts are (see _core/runs.py): it is
-# not sent once the run was refused as deleted, it counts as in flight, and a
-# row it claimed for a checkpoint whose put is then refused goes with that
-# run's orphaned writes (store._bury_run). Postgres cannot tell such a claim
-# from one of a new thread on the id: the run's puts had not landed yet.
+# not sent once the run was refused as deleted, and it counts as in flight.
+# It carries the deletion stamp its run's first read saw (ledger.CLAIM), so no
+# claim is recorded once its thread was deleted since; one recorded before the
+# deletion is deleted with the thread's rows (or handed to a surviving thread
+# of its lineage, see sql.REHOME_TOOL_CALLS), so none outlives its thread.
 
 
 def _run_of(ledger: ColosseumSaverBase, request: ToolCallRequest) -> RunWrites | None:
@@ -324,13 +319,6 @@ def _claim_begins(run: RunWrites | None, plan: ToolCallPlan) -> None:
 def _claim_ends(run: RunWrites | None) -> None:
     if run is not None:
         run.end()
-
-
-def _claimed(run: RunWrites | None, plan: ToolCallPlan, result: list) -> None:
-    rows = result[-1]
-    if run is not None and plan.site.checkpoint_id is not None and rows and rows[0][0]:
-        checkpoint = (plan.identity.thread_id, plan.site.checkpoint_ns, plan.site.checkpoint_id)
-        run.claimed(checkpoint, plan.key)
 
 
 def _call_site(ledger: ColosseumSaverBase, config: Mapping[str, Any], thread_id: str) -> CallSite:
@@ -358,8 +346,8 @@ def _call_site(ledger: ColosseumSaverBase, config: Mapping[str, Any], thread_id:
         lineage=tuple(sorted(lineage)),
         run_id=_run_id_of(config),  # type: ignore[arg-type]
         # A run with durability="exit" stored nothing a deletion could record:
-        # its first read, made before the deletion, is what refuses the claim.
-        created=made_at(run, checkpoint_id),
+        # the deletion stamp its first read saw is what refuses the claim.
+        seen=seen_of(run, thread_id),
     )
 
 

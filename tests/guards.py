@@ -66,24 +66,65 @@ class Guard:
 
 GUARDS: list[Guard] = [
     Guard(
-        name="tool ledger: a claim counts as made at its run's first read",
+        name="tool ledger: a claim carries the deletion stamp its run's first read saw",
         file="langgraph_colosseum/tools.py",
-        original="created=made_at(run, checkpoint_id),",
-        mutant="created=made_at(None, checkpoint_id),",
+        original="seen=seen_of(run, thread_id),",
+        mutant="seen=seen_of(None, thread_id),",
         tests=(
             f"{LEDGER_LIFE}::test_an_exit_run_whose_thread_is_deleted_mid_run_does_not_pay",
             f"{LEDGER_LIFE}::test_a_run_deleted_before_any_of_its_puts_landed_leaves_no_ledger",
         ),
     ),
     Guard(
-        name="deleted stays deleted: a run's writes count as made at its first read",
+        name="deleted stays deleted: a run's read from Postgres records the deletion stamp it saw",
         file="langgraph_colosseum/_core/store.py",
-        original="            run.note_start(uuid6_now())",
-        mutant="            pass",
+        original="        if run is not None:\n            run.note_seen(thread_id, deleted)\n",
+        mutant="        if False:\n            run.note_seen(thread_id, deleted)\n",
         tests=(
-            f"{DELETED}::test_delete_thread_in_a_node_sync",
-            f"{DELETED}::test_delete_thread_in_a_node_async",
+            f"{DELETED}::test_with_postgres_clock_ahead_a_run_begun_after_a_deletion_is_stored",
+            f"{DELETED}::test_with_postgres_clock_ahead_a_run_begun_after_a_deletion_is_stored_async",
         ),
+    ),
+    Guard(
+        name="deleted stays deleted: a run's Redis hit records the deletion stamp it saw",
+        file="langgraph_colosseum/_core/store.py",
+        original="                if run is not None:\n                    run.note_seen(thread_id, deleted)\n",
+        mutant="                if False:\n                    run.note_seen(thread_id, deleted)\n",
+        tests=(
+            f"{DELETED}::test_with_postgres_clock_ahead_a_run_begun_after_a_deletion_is_stored[redis-exit]",
+            f"{DELETED}::test_with_postgres_clock_ahead_a_run_begun_after_a_deletion_is_stored_async[redis]",
+        ),
+    ),
+    Guard(
+        name="deleted stays deleted: a read returns the deletion stamp from its own snapshot",
+        file="langgraph_colosseum/_core/sql.py",
+        original="SELECT {first}{THREAD_DELETED} AS deleted, found.*",
+        mutant="SELECT {first}NULL AS deleted, found.*",
+        tests=(
+            f"{DELETED}::test_with_postgres_clock_ahead_a_run_begun_after_a_deletion_is_stored",
+            f"{DELETED}::test_a_head_refilled_without_a_deletion_stamp_is_read_from_postgres",
+        ),
+    ),
+    Guard(
+        name="hot head: a refill records the thread's deletion stamp",
+        file="langgraph_colosseum/_core/hot.py",
+        original="redis.call('HSET', key, 'deleted', ARGV[5])\n",
+        mutant="\n",
+        tests=(f"{DELETED}::test_a_head_refilled_without_a_deletion_stamp_is_read_from_postgres",),
+    ),
+    Guard(
+        name="hot head: a head without a deletion stamp is a miss, and refilled",
+        file="langgraph_colosseum/_core/hot.py",
+        original="if not deleted then return {seq} end\n",
+        mutant="\n",
+        tests=(f"{DELETED}::test_a_head_refilled_without_a_deletion_stamp_is_read_from_postgres",),
+    ),
+    Guard(
+        name="deleted stays deleted: a deletion's stamp is past the thread's last one",
+        file="langgraph_colosseum/_core/sql.py",
+        original="SET before = CASE WHEN EXCLUDED.before > g.before THEN EXCLUDED.before\n",
+        mutant="SET before = CASE WHEN true THEN EXCLUDED.before\n",
+        tests=(f"{DELETED}::test_each_deletion_of_a_thread_id_writes_a_stamp_past_its_last",),
     ),
     Guard(
         name="hot head: an older advance never replaces a newer head",
@@ -372,13 +413,23 @@ GUARDS: list[Guard] = [
         ),
     ),
     Guard(
-        name="deleted stays deleted: a checkpoint created before its thread's deletion is refused",
+        name="deleted stays deleted: a run's write on a thread deleted since its first read is refused",
         file="langgraph_colosseum/_core/sql.py",
-        original="WHERE g.thread_id = %(thread_id)s AND %(created)s::text < g.before",
+        original="WHERE g.thread_id = %(thread_id)s AND g.before <> %(seen)s::text",
         mutant="WHERE false",
         tests=(
             "tests/integration/test_deleted_stays_deleted.py"
             "::test_a_checkpoint_made_before_the_delete_is_refused[postgres]",
+        ),
+    ),
+    Guard(
+        name="deleted stays deleted: a stamp the run saw is no pass for a later deletion",
+        file="langgraph_colosseum/_core/sql.py",
+        original="WHERE g.thread_id = %(thread_id)s AND g.before <> %(seen)s::text",
+        mutant="WHERE g.thread_id = %(thread_id)s AND %(seen)s::text = ''",
+        tests=(
+            f"{DELETED}::test_each_deletion_of_a_thread_id_writes_a_stamp_past_its_last",
+            f"{DELETED}::test_with_the_host_clock_ahead_a_run_that_read_before_the_deletion_is_refused[postgres-reused]",
         ),
     ),
     Guard(
@@ -797,12 +848,12 @@ GUARDS: list[Guard] = [
             "AND d.checkpoint_id = l.id\n"
         ),
         mutant="    JOIN colosseum_tombstones d ON false\n",
-        tests=(f"{LEDGER_LIFE}::test_a_run_whose_thread_is_deleted_mid_run_does_not_pay",),
+        tests=(f"{LEDGER_LIFE}::test_a_claim_descending_from_a_pruned_checkpoint_is_refused",),
     ),
     Guard(
-        name="tool ledger: a claim for a checkpoint made before its thread's deletion is refused",
+        name="tool ledger: a claim on a thread deleted since its run's first read is refused",
         file="langgraph_colosseum/_core/ledger.py",
-        original="    WHERE g.thread_id = %(thread_id)s AND %(created)s::text < g.before\n",
+        original="    WHERE g.thread_id = %(thread_id)s AND g.before <> %(seen)s::text\n",
         mutant="    WHERE false\n",
         tests=(
             f"{LEDGER_LIFE}"
@@ -856,20 +907,12 @@ GUARDS: list[Guard] = [
         ),
     ),
     Guard(
-        name="tool ledger: a refused run's claims on a deleted thread's unstored checkpoints go",
-        file="langgraph_colosseum/_core/store.py",
-        original="        claims = run.take_claims()\n        if claims:\n",
-        mutant="        claims = run.take_claims()\n        if False:\n",
-        tests=(
-            f"{LEDGER_LIFE}::test_a_run_whose_first_read_counts_as_after_the_deletion_leaves_no_ledger",
-        ),
-    ),
-    Guard(
-        name="deleted stays deleted: a run this process forgot counts as begun before any deletion",
+        name="deleted stays deleted: a run this process forgot counts as having read before any deletion",
         file="langgraph_colosseum/_core/runs.py",
-        original="            if not begins:\n                writes.note_start(BEFORE_ANY)\n",
-        mutant="            if False:\n                writes.note_start(BEFORE_ANY)\n",
+        original="            if not begins:\n                writes.forgotten = True\n",
+        mutant="            if False:\n                writes.forgotten = True\n",
         tests=(
+            f"{DELETED}::test_a_forgotten_exit_run_met_again_at_a_subgraphs_read_is_refused",
             f"{DELETED}::test_a_forgotten_exit_run_of_a_thread_deleted_mid_run_is_refused_sync",
             f"{DELETED}::test_a_forgotten_exit_run_of_a_thread_deleted_mid_run_is_refused_async",
             f"{LEDGER_LIFE}::test_an_exit_run_whose_thread_is_deleted_does_not_pay_sync",
@@ -942,8 +985,8 @@ GUARDS: list[Guard] = [
     Guard(
         name="hot head: a refilling read returns the epoch from its own snapshot",
         file="langgraph_colosseum/_core/sql.py",
-        original="SELECT {THREAD_EPOCH} AS epoch, latest.*",
-        mutant="SELECT 0 AS epoch, latest.*",
+        original='first = f"{THREAD_EPOCH} AS epoch, " if epoch else ""',
+        mutant='first = "0 AS epoch, " if epoch else ""',
         tests=(
             f"{LATE_HEADS}::test_a_late_advance_of_a_deleted_run_is_never_served",
             f"{LATE_HEADS}::test_a_late_advance_after_delete_thread_is_never_served",

@@ -10,6 +10,7 @@ checkpoint namespace ``ns``:
 
     seq                  the thread's mutation counter (see "Never stale")
     epoch                the thread's deletion epoch its contents came from (idem)
+    deleted              the thread's deletion stamp at that epoch ("" = never deleted)
     ns NUL id            the head's checkpoint id ("" = the namespace has none)
     ns NUL h             the head's checkpoint row: [id, parent id, document, metadata]
     ns NUL cv            its channel versions, [channel, version, ...]
@@ -53,6 +54,11 @@ than the hash is refused; one read at a newer epoch drops the rest of the
 hash first. So once a deletion's call has returned (its drop reached Redis;
 one Redis refused is recorded stale, below), no read through Redis returns
 what it removed, whatever scripts of earlier writes are still on their way.
+
+A hit gives the run reading it the thread's deletion stamp (sql.THREAD_DELETED)
+with no Postgres round trip: every deletion of a thread moves its epoch, so a
+hash of one epoch has one stamp, recorded by the refill that made it
+(``deleted``). A hash without one (refilled by older code) is a miss.
 
 A write is visible through the head once its call returns. Only writes (and
 refills, which carry what Postgres holds) extend a hash's life; a write Redis
@@ -285,8 +291,9 @@ end
 # Reply: {seq} on a miss; {seq, 0} when the head is not the checkpoint wanted;
 # {seq, -1} when it was corrupt (a cycle, a missing base, a field that does not
 # decode) and is gone (not to be refilled now); {seq, head, cv, writes,
-# rows} on a hit, writes as a list of packed writes, rows as channel, version,
-# base, row. A read never extends the hash's life.
+# rows, deleted} on a hit, writes as a list of packed writes, rows as channel,
+# version, base, row, deleted the thread's deletion stamp. A read never
+# extends the hash's life.
 READ = (
     _COMMON
     + r"""
@@ -303,9 +310,13 @@ local id = redis.call('HGET', key, P .. 'id')
 -- checkpoint, which REFILL gave NO_THREAD_TTL_MS).
 -- No head, or one still awaiting writes that committed before its put.
 if not id or redis.call('HEXISTS', key, P .. 'x') == 1 then return {seq} end
+-- No deletion stamp (a refill of older code): the run reading must get it
+-- from Postgres, and the refill after this miss records it.
+local deleted = redis.call('HGET', key, 'deleted')
+if not deleted then return {seq} end
 if ARGV[3] ~= '' and ARGV[3] ~= id then return {seq, 0} end
 local head = redis.call('HGET', key, P .. 'h')
-if id == '' then return {seq, head, '', {}, {}} end
+if id == '' then return {seq, head, '', {}, {}, deleted} end
 local cv = redis.call('HGET', key, P .. 'cv')
 local versions, cv_ok = unpacked(P .. 'cv')
 local writes_map, writes_ok = unpacked(P .. 'w')
@@ -319,13 +330,14 @@ end
 -- Flattened here: what cmsgpack packs in Lua, Python would read as UTF-8 text.
 local writes = {}
 for _, write in pairs(writes_map or {}) do writes[#writes + 1] = write end
-return {seq, head, cv, writes, rows}
+return {seq, head, cv, writes, rows, deleted}
 """
 )
 
 # ARGV: ttl, ns, seq noted by the miss, the thread's deletion epoch the read saw,
-# id ("" = no checkpoint), head, cv, writes, then channel, version, base
-# ("" = full row), row for every row of the chains.
+# its deletion stamp ("" = never deleted), id ("" = no checkpoint), head, cv,
+# writes, then channel, version, base ("" = full row), row for every row of
+# the chains.
 # Reply: 1 when the head was refilled, 0 when a write (or a deletion) came first.
 REFILL = (
     _COMMON
@@ -342,10 +354,12 @@ if epoch > held_epoch() then
 else
     drop_namespace()
 end
-redis.call('HSET', key, P .. 'id', ARGV[5], P .. 'h', ARGV[6], P .. 'cv', ARGV[7],
-           P .. 'w', ARGV[8])
-store_rows(9)
-if ns == '' and ARGV[5] == '' then
+-- One stamp per epoch: this read's is the hash's (or fills one older code left out).
+redis.call('HSET', key, 'deleted', ARGV[5])
+redis.call('HSET', key, P .. 'id', ARGV[6], P .. 'h', ARGV[7], P .. 'cv', ARGV[8],
+           P .. 'w', ARGV[9])
+store_rows(10)
+if ns == '' and ARGV[6] == '' then
     -- No root checkpoint: a thread about to be created (its first put sets the
     -- full TTL), or an id that does not exist, which must not hold memory for
     -- an hour (a typo, a scan of made-up ids). A miss's fresh hash lives as
@@ -540,6 +554,7 @@ class Head(NamedTuple):
 
     row: tuple  # the checkpoint columns (see store._CHECKPOINT_WIDTH)
     value_rows: list[ValueRow]
+    deleted: str | None  # the thread's deletion stamp (sql.THREAD_DELETED; None: never)
 
 
 class HotHead:
@@ -701,12 +716,14 @@ class HotHead:
         row: tuple | None,
         value_rows: Sequence[ValueRow],
         epoch: int,
+        deleted: str | None,
     ) -> CacheCall:
         """Put back what Postgres returned for the latest checkpoint (None: there is
-        none), read at the thread's deletion epoch `epoch`."""
+        none), read at the thread's deletion epoch `epoch` and stamp `deleted`."""
+        stamp = deleted or ""
         if row is None:  # sealed too: an emptied head must not pass for "no checkpoint"
             nothing = self._seal(pack([None] * 4), thread_id, checkpoint_ns, "h")
-            args = [self.ttl_ms, checkpoint_ns, seq, epoch, "", nothing, b"", b""]
+            args = [self.ttl_ms, checkpoint_ns, seq, epoch, stamp, "", nothing, b"", b""]
             return CacheCall("refill", self.thread_key(thread_id), tuple(args))
         checkpoint_id, parent_id, document, metadata = row[2:6]
         write_columns = row[6:_WRITE_END]
@@ -729,7 +746,7 @@ class HotHead:
             for row in value_rows
         )
         args = [
-            self.ttl_ms, checkpoint_ns, seq, epoch, checkpoint_id,
+            self.ttl_ms, checkpoint_ns, seq, epoch, stamp, checkpoint_id,
             self._head(thread_id, checkpoint_ns, checkpoint_id, parent_id, document, metadata),
             flat_versions(_document_versions(document)), _lua_string_map(writes),
             *self._row_args(thread_id, checkpoint_ns, rows),
@@ -792,14 +809,15 @@ class HotHead:
                 raise CorruptHeadError("its chains or fields did not decode in Redis (dropped)")
             return seq, None, False  # a checkpoint other than the head was asked for
         try:
-            _, head, cv, writes, rows = reply
+            _, head, cv, writes, rows, stamp = reply
             if not head:
                 raise CorruptHeadError("the head has no checkpoint row")
+            deleted = stamp.decode() or None
             checkpoint_id, parent_id, document, metadata = self._open(
                 head, thread_id, checkpoint_ns, "h"
             )
             if checkpoint_id is None:
-                return seq, Head((), []), False  # the namespace has no checkpoint
+                return seq, Head((), [], deleted), False  # the namespace has no checkpoint
             if unpack(cv) != unpack(flat_versions(_document_versions(document))):
                 raise CorruptHeadError("its channel versions are not its checkpoint's")
             opened = [self._open(w, thread_id, checkpoint_ns, "w", checkpoint_id) for w in writes]
@@ -816,7 +834,7 @@ class HotHead:
             raise
         except Exception as exc:  # whatever a damaged field makes the decoders raise
             raise CorruptHeadError(f"it does not decode ({exc!r})") from exc
-        return seq, Head(row, value_rows), False
+        return seq, Head(row, value_rows, deleted), False
 
     def _value_row(
         self,

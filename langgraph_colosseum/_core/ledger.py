@@ -67,8 +67,8 @@ OnFailed = Literal["raise", "retry"]
 # 'DELETED', the deleted checkpoint in the error column), as PUT_WRITES refuses
 # that run's writes: when a checkpoint it descends from (its task's, the
 # enclosing namespaces', the ones its run stored) is recorded as deleted, when
-# its checkpoint was made before its thread was deleted, or when its run was
-# deleted. The claim is sent after the thread's write lock (see
+# its thread was deleted since its run first read it (sql.THREAD_DELETED), or
+# when its run was deleted. The claim is sent after the thread's write lock (see
 # sql.WRITE_LOCK, `claim_request`), so a deletion in flight is waited for and
 # then seen.
 # A claim is retried on a fresh connection when the old one broke (_driver.py),
@@ -83,7 +83,7 @@ WITH deleted AS (
       ON d.thread_id = %(thread_id)s AND d.checkpoint_ns = l.ns AND d.checkpoint_id = l.id
     UNION ALL
     SELECT %(checkpoint_id)s::text FROM colosseum_deleted_threads g
-    WHERE g.thread_id = %(thread_id)s AND %(created)s::text < g.before
+    WHERE g.thread_id = %(thread_id)s AND g.before <> %(seen)s::text
     UNION ALL
     SELECT %(checkpoint_id)s::text FROM colosseum_deleted_runs r
     WHERE r.run_id = %(run_id)s::text
@@ -229,9 +229,9 @@ class CallSite:
     # namespaces' and the ones its run stored on this thread
     lineage: tuple[tuple[str, str], ...] = ()
     run_id: str | None = None
-    # when the call counts as made against a deletion of its thread: its
-    # checkpoint's creation, or its run's first read if earlier (store.made_at)
-    created: str | None = None
+    # the thread's deletion stamp its run's first read saw (store.seen_of;
+    # None: no LangGraph run, not checked)
+    seen: str | None = None
 
 
 @dataclass(frozen=True)
@@ -263,7 +263,7 @@ def execute_once(plan: ToolCallPlan, codec: ValueCodec) -> Operation[Any]:
         "lineage_ns": [ns for ns, _ in site.lineage],
         "lineage_ids": [checkpoint_id for _, checkpoint_id in site.lineage],
         "checkpoint_id": site.checkpoint_id,
-        "created": site.created,
+        "seen": site.seen,
         "run_id": site.run_id,
         "thread_id": identity.thread_id,
         "key": plan.key,

@@ -13,13 +13,13 @@ one per run, and its subgraphs share it). So, per run, this process keeps:
 * `pending`: checkpoints it stored writes for but whose put it has not seen
   succeed; when the run dies, those writes are deleted (`sql.BURY_ORPHAN_WRITES`)
   once its writes in flight (`inflight`) have landed;
-* `claims`: the tool calls it claimed for such checkpoints (IdempotentToolNode),
-  deleted likewise when its thread was deleted (`sql.BURY_ORPHAN_CLAIMS`);
-* `started`: when its first read was sent; its writes count as made then
-  against a deletion of their thread (a run that read the thread before it was
-  deleted never writes it back, whatever its durability). A run this process
-  forgot (see below) and meets again on anything but the read a run begins
-  with counts as begun before any deletion of its thread (`BEFORE_ANY`);
+* `seen`: per thread, the deletion stamp its first read of the thread saw
+  (sql.THREAD_DELETED, from Postgres or the Redis head; None: never deleted);
+  its writes and claims are refused once the thread was deleted since (a run
+  that read the thread before it was deleted never writes it back, whatever
+  its durability). A run this process forgot (see below) and meets again on
+  anything but the read a run begins with is `forgotten`: it counts as having
+  read the thread before any deletion of it;
 * `nested` (on_conflict): the subgraph checkpoints it stored under a root
   checkpoint whose put it has not seen succeed (durability="async" sends a
   subgraph's puts while the root's wait their turn); when the run dies, those go whole
@@ -55,11 +55,11 @@ _STORED_KEPT = 16
 
 CheckpointKey = tuple[str, str, str]  # thread_id, checkpoint_ns, checkpoint_id
 
-# `started` of a run whose first read this process does not know (it forgot
-# the run): earlier than any deletion's `before` (a uuid6 timestamp, 15 hex
-# digits), so its writes and claims are refused on a thread ever deleted, and
-# judged as before on one never deleted (sql._DELETED finds no row).
-BEFORE_ANY = "0" * 15
+# The stamp a write carries for a thread its run never read, or read before
+# this process forgot it: no deletion's stamp is empty, so its writes and
+# claims are refused on a thread ever deleted, and judged as before on one
+# never deleted (sql._DELETED finds no row).
+SAW_NO_DELETION = ""
 
 
 class Read(NamedTuple):
@@ -88,14 +88,15 @@ class RunWrites:
         self.reads: dict[tuple[str, str], Read] = {}
         # the conflict that refused this run: its later writes raise it again
         self.refusal: Callable[[], Exception] | None = None
-        # tool calls it claimed (IdempotentToolNode) for checkpoints not yet stored
-        self.claims: set[tuple[str, str, str, str]] = set()
-        # When its first read was sent, as a uuid6 timestamp (store.uuid6_now):
-        # its writes count as made then against a deletion of the thread
-        # (sql._DELETED). With durability="exit" the run stores nothing before
-        # its end, and its one put names no stored checkpoint a deletion could
-        # have recorded: only this says the run read the thread before it went.
-        self.started: str | None = None
+        # Per thread, the deletion stamp its first read returned (None: none),
+        # in the same snapshot as what it read: its writes and claims are
+        # refused once the thread's stamp is another (sql._DELETED). With
+        # durability="exit" the run stores nothing before its end, and its one
+        # put names no stored checkpoint a deletion could have recorded: only
+        # this says the run read the thread before it went.
+        self.seen: dict[str, str | None] = {}
+        # its first read is unknown: this process forgot the run (see Runs.of)
+        self.forgotten = False
         # subgraph checkpoints stored, with the root checkpoint they hang
         # from, while that one's put has not succeeded; per thread, the
         # newest root checkpoint whose put did (a run's root puts land in
@@ -103,20 +104,19 @@ class RunWrites:
         self.nested: set[tuple[CheckpointKey, str]] = set()
         self.newest_root: dict[str, str] = {}
 
-    def note_start(self, at: str) -> None:
-        """The run sends a read at `at`; only its first counts."""
+    def note_seen(self, thread_id: str, deleted: str | None) -> None:
+        """A read of the thread returned its deletion stamp `deleted`; only the
+        run's first read of each thread counts, and none of a forgotten run."""
         with self._lock:
-            if self.started is None:
-                self.started = at
+            if not self.forgotten:
+                self.seen.setdefault(thread_id, deleted)
 
-    def made_at(self, created: str | None) -> str | None:
-        """When a write of this run, to a checkpoint created at `created`, counts as
-        made: the run's first read when that came earlier (or is all there is)."""
+    def seen_of(self, thread_id: str) -> str:
+        """The stamp this run's writes and claims on the thread carry: the one
+        its first read saw; SAW_NO_DELETION for none, and for a thread it did
+        not read (a forgotten run reads none, see note_seen)."""
         with self._lock:
-            started = self.started
-        if started is None or (created is not None and created < started):
-            return created
-        return started
+            return self.seen.get(thread_id) or SAW_NO_DELETION
 
     def note_read(self, thread_id: str, checkpoint_ns: str, read: Read) -> None:
         """Only the first read counts: it is the loop's own load of its
@@ -161,8 +161,6 @@ class RunWrites:
         with self._lock:
             self.stored.append(key)
             self.pending.discard(key)
-            if self.claims:
-                self.claims = {c for c in self.claims if c[:3] != key}
             thread_id, checkpoint_ns, checkpoint_id = key
             if not checkpoint_ns:
                 if checkpoint_id > self.newest_root.get(thread_id, ""):
@@ -179,20 +177,10 @@ class RunWrites:
             if key not in self.stored:
                 self.pending.add(key)
 
-    def claimed(self, key: CheckpointKey, idempotency_key: str) -> None:
-        with self._lock:
-            if key not in self.stored:
-                self.claims.add((*key, idempotency_key))
-
     def take_nested(self) -> list[tuple[CheckpointKey, str]]:
         with self._lock:
             nested, self.nested = sorted(self.nested), set()
             return nested
-
-    def take_claims(self) -> list[tuple[str, str, str, str]]:
-        with self._lock:
-            claims, self.claims = sorted(self.claims), set()
-            return claims
 
     def stored_checkpoints(self) -> list[CheckpointKey]:
         """The checkpoints whose put of this run succeeded lately."""
@@ -222,7 +210,7 @@ class Runs:
         """The run's record. `begins`: the call is a read of the root namespace,
         the read a LangGraph run begins with. A record made for any other call
         (a write, a claim, a subgraph's read) is of a run this process forgot:
-        when it first read the thread is unknown (see BEFORE_ANY)."""
+        what it first read of its thread is unknown (see SAW_NO_DELETION)."""
         runtime = (config.get("configurable") or {}).get(CONFIG_KEY_RUNTIME)
         control = getattr(runtime, "control", None)
         if control is None:
@@ -234,7 +222,7 @@ class Runs:
                 return entry[1]
             writes = RunWrites()
             if not begins:
-                writes.note_start(BEFORE_ANY)
+                writes.forgotten = True
             self._runs[id(control)] = (control, writes)
             while len(self._runs) > self._kept:
                 self._runs.popitem(last=False)

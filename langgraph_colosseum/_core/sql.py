@@ -93,7 +93,7 @@ _TUPLE_COLUMNS = f"""
     cv.channels, cv.versions, cv.bases, cv.encodings, cv.jsons, cv.datas, cv.types
 """
 
-GET_TUPLE_BY_ID = f"""
+_GET_TUPLE_BY_ID = f"""
 SELECT {_TUPLE_COLUMNS} {_TUPLE_FROM}
 WHERE c.thread_id = %(thread_id)s AND c.checkpoint_ns = %(checkpoint_ns)s
   AND c.checkpoint_id = %(checkpoint_id)s
@@ -106,7 +106,7 @@ WHERE c.thread_id = %(thread_id)s AND c.checkpoint_ns = %(checkpoint_ns)s
 # estimate differently, and Postgres kept planning the statement afresh: in
 # conc-32 (32 threads x 10 turns, load ~13) on 320 of 320 calls, 0.84 ms of
 # planning per invoke; chosen first, on 170 of 320, 0.41 ms.
-GET_TUPLE_LATEST = f"""
+_GET_TUPLE_LATEST = f"""
 SELECT {_TUPLE_COLUMNS}
 FROM (
     SELECT * FROM colosseum_checkpoints c
@@ -126,15 +126,36 @@ FROM (
 THREAD_EPOCH = """coalesce(
     (SELECT e.epoch FROM colosseum_thread_epochs e WHERE e.thread_id = %(thread_id)s), 0)"""
 
+# The thread's last deletion as a run's first read saw it: its stamp
+# (colosseum_deleted_threads.before, NULL: the thread id was never deleted).
+# A run's writes and tool claims are refused once the stamp is another
+# (_DELETED, ledger.CLAIM). Every deletion of a thread id writes a stamp
+# unlike its last one (_DELETED_THREAD), so "another stamp" is "deleted since
+# the read": an equality of values Postgres made, no clock compared with another.
+THREAD_DELETED = """(SELECT g.before FROM colosseum_deleted_threads g
+        WHERE g.thread_id = %(thread_id)s)"""
+
+
+def _read_with_deletion(read: str, epoch: bool = False) -> str:
+    """`read`'s row after the thread's deletion stamp (and, for a refill of the
+    hot head, its deletion epoch), from one snapshot, and a row even when
+    `read` finds no checkpoint (its columns then NULL): what the run read and
+    the deletion it read after are one answer."""
+    first = f"{THREAD_EPOCH} AS epoch, " if epoch else ""
+    return f"""
+SELECT {first}{THREAD_DELETED} AS deleted, found.*
+FROM (SELECT 1) AS one
+LEFT JOIN LATERAL ({read}) AS found ON true
+"""
+
+
+GET_TUPLE_BY_ID = _read_with_deletion(_GET_TUPLE_BY_ID)
+GET_TUPLE_LATEST = _read_with_deletion(_GET_TUPLE_LATEST)
 # The latest checkpoint for a refill of the hot head: the thread's deletion
 # epoch first, read in the same statement (one snapshot) as the checkpoint,
 # and a row even when there is no checkpoint (the head then records "none"
-# at that epoch). NULL columns after the epoch: no checkpoint.
-GET_TUPLE_LATEST_FOR_HEAD = f"""
-SELECT {THREAD_EPOCH} AS epoch, latest.*
-FROM (SELECT 1) AS one
-LEFT JOIN LATERAL ({GET_TUPLE_LATEST}) AS latest ON true
-"""
+# at that epoch, and the deletion stamp the run reading it is given).
+GET_TUPLE_LATEST_FOR_HEAD = _read_with_deletion(_GET_TUPLE_LATEST, epoch=True)
 
 # `list` pages: checkpoints and writes only; their values come from VALUE_CHAINS,
 # once per page, shared by every checkpoint that names the same versions.
@@ -233,13 +254,13 @@ ARRAY(SELECT ARRAY[s.thread_id, s.head_key, s.recorded_at::text]
 """
 
 # Deleted stays deleted. A write is refused when a checkpoint of its
-# `lineage` is recorded as deleted (colosseum_tombstones), when its own
-# checkpoint was created, or its run first read the thread, before its thread
-# was deleted (a LangGraph checkpoint id begins with its creation time;
-# `created` is that time or the run's first read, whichever came first, see
-# store.made_at), or (a put) when its run was deleted. A checkpoint that was
-# never stored is not a deleted one: LangGraph sends a step's writes before its
-# checkpoint's put, and a put may name a parent this saver never saw.
+# `lineage` is recorded as deleted (colosseum_tombstones), when its thread was
+# deleted since its run first read it (`seen`: the deletion stamp that read
+# returned, '' for none or for a run this process forgot, see store.seen_of;
+# NULL for a write outside a LangGraph run, which read nothing: not checked),
+# or (a put) when its run was deleted. A checkpoint that was never stored is
+# not a deleted one: LangGraph sends a step's writes before its checkpoint's
+# put, and a put may name a parent this saver never saw.
 #
 # Writes and deletes of a thread exclude each other with an advisory lock on
 # it (WRITE_LOCK, shared, in the write's transaction, before the write's
@@ -304,10 +325,10 @@ deleted AS (
     JOIN colosseum_tombstones d
       ON d.thread_id = %(thread_id)s AND d.checkpoint_ns = l.ns AND d.checkpoint_id = l.id
     UNION ALL
-    -- the thread was deleted after this checkpoint was created (its put, or
-    -- the put of the run's first checkpoint, had not landed yet)
+    -- the thread was deleted since the run's first read (see THREAD_DELETED;
+    -- its put, or the put of the run's first checkpoint, had not landed yet)
     SELECT %(checkpoint_id)s AS checkpoint_id FROM colosseum_deleted_threads g
-    WHERE g.thread_id = %(thread_id)s AND %(created)s::text < g.before
+    WHERE g.thread_id = %(thread_id)s AND g.before <> %(seen)s::text
     {more}
 ),
 """
@@ -761,23 +782,6 @@ WHERE t.thread_id IN (SELECT thread_id FROM orphans) AND t.head_checkpoint_id IS
   AND NOT EXISTS (SELECT 1 FROM colosseum_checkpoints c WHERE c.thread_id = t.thread_id)
 """
 
-# The tool calls a refused run claimed (see runs.py) for checkpoints that were
-# never stored, on a thread that was deleted: the claim could not be refused
-# (nothing of the run was stored yet, see ledger.CLAIM), and its row must not
-# outlive the thread. A run refused for another reason (delete_for_runs) keeps
-# them: its thread lives on, and its side effects happened.
-BURY_ORPHAN_CLAIMS = """
-DELETE FROM colosseum_tool_calls c
-USING unnest(%(threads)b::text[], %(namespaces)b::text[], %(ids)b::text[], %(keys)b::text[])
-      AS k(thread_id, checkpoint_ns, checkpoint_id, idempotency_key)
-WHERE c.thread_id = k.thread_id AND c.idempotency_key = k.idempotency_key
-  AND EXISTS (SELECT 1 FROM colosseum_deleted_threads g WHERE g.thread_id = k.thread_id)
-  AND NOT EXISTS (
-      SELECT 1 FROM colosseum_checkpoints p
-      WHERE p.thread_id = k.thread_id AND p.checkpoint_ns = k.checkpoint_ns
-        AND p.checkpoint_id = k.checkpoint_id)
-"""
-
 # The subgraph checkpoints a refused run stored under a root checkpoint of
 # its own that was never stored (durability="async" sends a subgraph's puts
 # while the root's are on their way; see _core/runs.py): nothing can reach
@@ -851,14 +855,25 @@ SELECT thread_id, checkpoint_ns, checkpoint_id FROM colosseum_writes
 WHERE thread_id = ANY(%(thread_ids)b::text[]) {only}
 ON CONFLICT DO NOTHING
 """
-# ... and the thread itself, with the time of its deletion as a uuid6
-# timestamp (100 ns since 1582-10-15): checkpoints created before it are refused.
+# ... and the thread itself, with its deletion stamp (THREAD_DELETED): the
+# time of the deletion on Postgres's clock as a uuid6 timestamp (100 ns since
+# 1582-10-15, 15 hex digits, as the lineage of a reused id spells it, see
+# lineage_of), and always past the thread's last stamp, so that a stamp is
+# never written twice for one thread id, even by a clock that went back.
+# (Older versions of this code wrote the same time without the move, and
+# compared it with checkpoint times from the application host's clock: during
+# a rolling upgrade their deletions are stamps as any other, and their runs
+# are judged as they were.)
 _DELETED_THREAD = """
 INSERT INTO colosseum_deleted_threads AS g (thread_id, before)
 SELECT t, lpad(to_hex((extract(epoch FROM clock_timestamp()) * 10000000)::bigint
                       + 122192928000000000), 15, '0')
 FROM unnest(%(thread_ids)b::text[]) AS t {only}
-ON CONFLICT (thread_id) DO UPDATE SET before = EXCLUDED.before, deleted_at = now()
+ON CONFLICT (thread_id) DO UPDATE
+SET before = CASE WHEN EXCLUDED.before > g.before THEN EXCLUDED.before
+                  ELSE lpad(to_hex(('x' || lpad(g.before, 16, '0'))::bit(64)::bigint + 1), 15, '0')
+             END,
+    deleted_at = now()
 """
 _EXPIRED = "AND thread_id IN (SELECT thread_id FROM colosseum_threads WHERE expires_at < now())"
 TOMBSTONE_THREADS = (_TOMBSTONE_THREADS.format(only=""), _DELETED_THREAD.format(only=""))

@@ -10,7 +10,6 @@ import copy
 import logging
 import math
 import random
-import time
 from collections.abc import Callable, Iterator, Mapping, Sequence
 from datetime import timedelta
 from typing import Any
@@ -242,18 +241,18 @@ class CheckpointStore:
         # Only the root namespace's read begins a run: a subgraph's loads its
         # namespace mid-run, after a deletion its run may have read before.
         run = self.runs.of(config, begins=not checkpoint_ns)
-        if run is not None:
-            run.note_start(uuid6_now())  # before the read is sent: see RunWrites.started
         seq = None  # set when the hot head missed and may be refilled from Postgres
         if self.hot is not None:
             yield from self.bound_incarnation()
         # Values this process holds decoded (its bases) are copied, not fetched.
         bases = self.bases.of_namespace(thread_id, checkpoint_ns)
         if self.hot is not None:
-            hit, found, seq, claim = yield from self._hot_read(
+            hit, found, seq, claim, deleted = yield from self._hot_read(
                 thread_id, checkpoint_ns, checkpoint_id, bases
             )
             if hit:
+                if run is not None:
+                    run.note_seen(thread_id, deleted)
                 if self.on_conflict:
                     self._note_read(config, thread_id, checkpoint_ns, checkpoint_id, found, claim)
                 if found is not None and self.thread_ttl is not None:
@@ -274,20 +273,24 @@ class CheckpointStore:
         touch = sql.TOUCH_THREAD if self.thread_ttl is not None else ""
         epoch = 0
         started = self.read_touches.clock()
+        # Each read returns the thread's deletion stamp, from its snapshot,
+        # before the checkpoint (NULL columns: none); a refill its deletion
+        # epoch first.
         if checkpoint_id:
-            rows = yield Query(
+            ((deleted, *found),) = yield Query(
                 touch + sql.GET_TUPLE_BY_ID,
                 {**params, "checkpoint_id": checkpoint_id},
                 prepare=True,
             )
         elif seq is not None:
-            # A refill: with the thread's deletion epoch, from the same snapshot.
-            ((epoch, *latest),) = yield Query(
+            ((epoch, deleted, *found),) = yield Query(
                 touch + sql.GET_TUPLE_LATEST_FOR_HEAD, params, prepare=True
             )
-            rows = [tuple(latest)] if latest[0] is not None else []
         else:
-            rows = yield Query(touch + sql.GET_TUPLE_LATEST, params, prepare=True)
+            ((deleted, *found),) = yield Query(touch + sql.GET_TUPLE_LATEST, params, prepare=True)
+        if run is not None:
+            run.note_seen(thread_id, deleted)
+        rows = [tuple(found)] if found[0] is not None else []
         if self.thread_ttl is not None:
             self.read_touches.record(thread_id, started, self.thread_ttl.total_seconds())
         row = rows[0] if rows else None
@@ -302,7 +305,7 @@ class CheckpointStore:
         # Only what read back cleanly goes to Redis: a corrupt row stays a miss.
         if seq is not None:
             assert self.hot is not None
-            yield self.hot.refill(thread_id, checkpoint_ns, seq, row, value_rows, epoch)
+            yield self.hot.refill(thread_id, checkpoint_ns, seq, row, value_rows, epoch, deleted)
         if self.on_conflict:
             claim = _claim_of(row) if row is not None else None
             self._note_read(config, thread_id, checkpoint_ns, checkpoint_id, result, claim)
@@ -344,9 +347,10 @@ class CheckpointStore:
         checkpoint_ns: str,
         checkpoint_id: str | None,
         bases: Mapping[str, shapes.Base],
-    ) -> Operation[tuple[bool, CheckpointTuple | None, Any, str | None]]:
-        """(hit, tuple, seq, claim): the head from Redis (and the claim on it,
-        see sql._OPTIMISTIC), or the counter a refill must match.
+    ) -> Operation[tuple[bool, CheckpointTuple | None, Any, str | None, str | None]]:
+        """(hit, tuple, seq, claim, deleted): the head from Redis (and the claim
+        on it, see sql._OPTIMISTIC, and the thread's deletion stamp it was read
+        with, see sql.THREAD_DELETED), or the counter a refill must match.
 
         Values this process already holds decoded (its bases) are not sent
         again: the reply leaves their rows out and they are copied here.
@@ -355,13 +359,13 @@ class CheckpointStore:
         known = {channel: base.version for channel, base in bases.items()}
         reply = yield self.hot.read(thread_id, checkpoint_ns, checkpoint_id or "", known)
         if reply is CACHE_UNAVAILABLE:
-            return False, None, None, None
+            return False, None, None, None, None
         try:
             seq, head, refillable = self.hot.parse_read(thread_id, checkpoint_ns, reply)
             if head is None:
-                return False, None, seq if refillable else None, None
+                return False, None, seq if refillable else None, None, None
             if not head.row:
-                return True, None, None, None  # the namespace has no checkpoint
+                return True, None, None, None, head.deleted  # the namespace has no checkpoint
             document = self._load_document(head.row)
             values = self._materializer(thread_id, checkpoint_ns, document, bases)
             values.add(head.value_rows)
@@ -376,9 +380,10 @@ class CheckpointStore:
                 exc,
             )
             yield from self._drop_heads([thread_id])
-            return False, None, None, None
+            return False, None, None, None, None
         self._remember_bases(thread_id, checkpoint_ns, document, values)
-        return True, result, None, _claim_of(head.row) if self.on_conflict else None
+        claim = _claim_of(head.row) if self.on_conflict else None
+        return True, result, None, claim, head.deleted
 
     def _materializer(
         self,
@@ -701,7 +706,7 @@ class CheckpointStore:
         }
         sealed = self._seal_values(thread_id, checkpoint_ns, new_versions, planned)
         run = self.runs.of(config)
-        params["created"] = made_at(run, checkpoint_id)
+        params["seen"] = seen_of(run, thread_id)
         statement = sql.PUT if self.hot is not None else sql.PUT_NO_HEAD
         if self.on_conflict:
             statement = sql.PUT_ON_CONFLICT
@@ -1023,15 +1028,6 @@ class CheckpointStore:
                 "ids": [k[2] for k in keys],
             }
             yield Query(sql.BURY_ORPHAN_WRITES, params, fetch=False)
-        claims = run.take_claims()
-        if claims:
-            params = {
-                "threads": [c[0] for c in claims],
-                "namespaces": [c[1] for c in claims],
-                "ids": [c[2] for c in claims],
-                "keys": [c[3] for c in claims],
-            }
-            yield Query(sql.BURY_ORPHAN_CLAIMS, params, fetch=False)
 
     def _refuse(
         self,
@@ -1224,7 +1220,7 @@ class CheckpointStore:
             **columns(stored),
         }
         run = self.runs.of(config)
-        params["created"] = made_at(run, checkpoint_id)
+        params["seen"] = seen_of(run, thread_id)
         statement = sql.PUT_WRITES_BY[self.hot is not None, params["status"] is not None]
         if self.on_conflict:
             statement = sql.PUT_WRITES_ON_CONFLICT
@@ -2173,34 +2169,12 @@ def _chain_size(values: Materializer, key: ValueKey) -> tuple[int, int, int]:
 SEARCHABLE_VALUE_BYTES = 1024
 
 
-def uuid6_time(checkpoint_id: str) -> str | None:
-    """The timestamp a uuid6 checkpoint id (LangGraph's) begins with, as 15 hex digits.
-
-    Its 100 ns ticks since 1582-10-15 sit in the first 12 hex digits and the 3
-    after the version digit, high to low, so the text sorts as the time does.
-    None for an id of another form (nothing is inferred from it).
-    """
-    if len(checkpoint_id) != 36 or checkpoint_id[14] != "6" or checkpoint_id[8] != "-":
-        return None
-    digits = checkpoint_id[:8] + checkpoint_id[9:13] + checkpoint_id[15:18]
-    return digits.lower() if all(c in "0123456789abcdefABCDEF" for c in digits) else None
-
-
-def uuid6_now() -> str:
-    """Now, as `uuid6_time` spells a checkpoint id's timestamp."""
-    return f"{time.time_ns() // 100 + _UUID6_EPOCH_TICKS:015x}"
-
-
-# 100 ns ticks from 1582-10-15 (uuid6's epoch) to 1970-01-01.
-_UUID6_EPOCH_TICKS = 122_192_928_000_000_000
-
-
-def made_at(run: RunWrites | None, checkpoint_id: str | None) -> str | None:
-    """When a write (or a tool claim) to `checkpoint_id` counts as made against a
-    deletion of its thread (sql._DELETED, ledger.CLAIM): its checkpoint's
-    creation, or its run's first read if that came earlier."""
-    created = uuid6_time(checkpoint_id) if checkpoint_id else None
-    return run.made_at(created) if run is not None else created
+def seen_of(run: RunWrites | None, thread_id: str) -> str | None:
+    """The deletion stamp a write (or a tool claim) on `thread_id` carries
+    (sql._DELETED, ledger.CLAIM): the one its run's first read of the thread
+    saw; None outside a LangGraph run (a direct call read nothing: only what
+    it names is checked)."""
+    return run.seen_of(thread_id) if run is not None else None
 
 
 def _parents(checkpoint_map: Any) -> str:

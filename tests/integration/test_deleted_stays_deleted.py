@@ -15,10 +15,12 @@ Redis hot head (the `saver` / `asaver` fixtures).
 from __future__ import annotations
 
 import contextvars
+import dataclasses
 import os
 import subprocess
 import sys
 import threading
+import time
 import uuid
 from collections.abc import Callable
 from datetime import timedelta
@@ -28,15 +30,19 @@ import psycopg
 import pytest
 import redis
 from langchain_core.messages import AIMessage, AnyMessage, HumanMessage
+from langgraph._internal._constants import CONFIG_KEY_RUNTIME
 from langgraph.checkpoint.base import empty_checkpoint
+from langgraph.checkpoint.base import id as uuid6_ids
 from langgraph.graph import END, START, StateGraph
 from langgraph.graph.message import add_messages
+from langgraph.runtime import DEFAULT_RUNTIME, RunControl
 from typing_extensions import TypedDict
 
 from langgraph_colosseum import AsyncColosseumSaver, ColosseumSaver, Encryption, Retention
 from langgraph_colosseum._core.runs import Runs
 from langgraph_colosseum.errors import CheckpointDeletedError, ColosseumError
 from tests.conftest import CACHE_PREFIX, redis_url
+from tests.integration.test_ledger_lifecycle import Bank, exit_payment_graph, ledger_rows
 
 SECRET = "my card is 4111-1111-1111-1111, please keep it"
 TABLES = (
@@ -285,22 +291,38 @@ def test_writes_before_a_refused_put_are_removed_with_it(
     assert secret_in_postgres(pg_url) == []
 
 
+def in_run(config: dict, control: RunControl) -> dict:
+    """`config` as a call of the LangGraph run `control` makes it."""
+    runtime = dataclasses.replace(DEFAULT_RUNTIME, control=control)
+    return {**config, "configurable": {**config["configurable"], CONFIG_KEY_RUNTIME: runtime}}
+
+
 def test_a_checkpoint_made_before_the_delete_is_refused(saver: ColosseumSaver, pg_url: str) -> None:
     """The run's first put (no parent) had not landed when its thread was deleted:
-    a checkpoint created before the deletion is refused, one created after is a new thread."""
+    the run read the thread before the deletion, so its writes and its put are
+    refused; a new run after the deletion is a new thread. A put outside a
+    LangGraph run read nothing: it is judged by what it names alone."""
     tid = f"first-{uuid.uuid4().hex[:8]}"
     saver.put(cfg(tid), empty_checkpoint(), {"source": "input", "step": -1}, {})
+    run = RunControl()
+    assert saver.get_tuple(in_run(cfg(tid), run)) is not None  # the run's first read
     in_flight = empty_checkpoint()  # made by the run before the deletion, not yet put
     saver.delete_thread(tid)
     in_flight_config = {"configurable": {"thread_id": tid, "checkpoint_ns": "",
                                          "checkpoint_id": in_flight["id"]}}  # fmt: skip
     with pytest.raises(CheckpointDeletedError):
-        saver.put_writes(in_flight_config, [("messages", SECRET)], "task-1")
+        saver.put_writes(in_run(in_flight_config, run), [("messages", SECRET)], "task-1")
     with pytest.raises(CheckpointDeletedError):
-        saver.put(cfg(tid), in_flight, {"source": "input", "step": -1}, {})
+        saver.put(in_run(cfg(tid), run), in_flight, {"source": "input", "step": -1}, {})
     assert rows_of(pg_url, tid) == dict.fromkeys(TABLES, 0)
-    fresh = saver.put(cfg(tid), empty_checkpoint(), {"source": "input", "step": -1}, {})
+    after = RunControl()
+    assert saver.get_tuple(in_run(cfg(tid), after)) is None  # a new run reads the new thread
+    fresh = saver.put(
+        in_run(cfg(tid), after), empty_checkpoint(), {"source": "input", "step": -1}, {}
+    )
     assert saver.get_tuple(cfg(tid)).config == fresh
+    saver.put(fresh, in_flight, {"source": "loop", "step": 0}, {})  # no run: stored
+    assert saver.get_tuple(in_flight_config).checkpoint["id"] == in_flight["id"]
 
 
 def test_a_put_of_a_deleted_run_is_refused(saver: ColosseumSaver, pg_url: str) -> None:
@@ -665,38 +687,202 @@ def test_a_forgotten_new_run_on_a_reused_thread_id_is_refused(forgetful: Colosse
 
 # ========================================== clocks: the host's and Postgres's
 #
-# A deletion records its time from Postgres's clock (clock_timestamp()); a
-# checkpoint's time (its uuid6 id) and a run's first read come from the
-# application host's clock. What the README states, pinned: with Postgres's
-# clock ahead of the host's by S, a run begun within S after a deletion of its
-# thread is refused as if it had begun before it. The deletion is recorded here
-# as a Postgres clock an hour ahead would have recorded it.
+# A run's first read records the thread's deletion as it saw it (Postgres's
+# stamp of the thread's last deletion, from Postgres or the Redis head; none
+# for a thread never deleted), and its writes and tool claims are refused when
+# the thread was deleted since: nothing compares the application host's clock
+# with Postgres's. Here the host's clock is set an hour off (time.time_ns,
+# which LangGraph's uuid6 checkpoint ids come from too), ahead and behind;
+# Postgres's clock cannot be moved here, so "Postgres ahead" is the host behind.
+# Each case runs with and without the Redis head, blocking and asyncio, on a
+# thread that is new, written before, or on an id deleted before ("reused":
+# its run is refused for a second deletion).
 
-HOUR_IN_UUID6_TICKS = 3600 * 10_000_000
+HOUR_NS = 3600 * 10**9
 
 
-def deleted_by_a_clock_ahead(url: str, tid: str) -> None:
-    with psycopg.connect(url, autocommit=True) as conn:
-        moved = conn.execute(
+@pytest.fixture
+def host_clock(monkeypatch: pytest.MonkeyPatch) -> Callable[[int], None]:
+    def skew(ns: int) -> None:
+        real = time.time_ns
+        monkeypatch.setattr(time, "time_ns", lambda: real() + ns)
+        # uuid6 never goes back on its own: a clock set behind must be seen.
+        monkeypatch.setattr(uuid6_ids, "_last_v6_timestamp", None)
+
+    return skew
+
+
+def paying_graph(saver: Any, bank: Bank, purge: Callable[..., Any]) -> Any:
+    """purge -> agent (asks for one payment) -> tools (IdempotentToolNode) -> END."""
+    return exit_payment_graph(saver, bank, purge)
+
+
+def reply_of(state: dict) -> str:
+    return str(state["messages"][-1].content)
+
+
+def before_the_run(saver: ColosseumSaver, tid: str, prior: str) -> None:
+    """The thread as the run finds it: new, written (its Redis head, if any, is
+    what the run reads), or an id deleted before: the run reads the stamp of
+    that deletion, and nothing stored tells its writes of the next one."""
+    if prior in ("written", "reused"):
+        other_run(saver).invoke(first_input(tid), cfg(tid))
+    if prior == "reused":
+        saver.delete_thread(tid)
+
+
+async def abefore_the_run(saver: AsyncColosseumSaver, tid: str, prior: str) -> None:
+    if prior in ("written", "reused"):
+        await other_run(saver).ainvoke(first_input(tid), cfg(tid))
+    if prior == "reused":
+        await saver.adelete_thread(tid)
+
+
+PRIORS = ["new", "written", "reused"]
+
+
+@pytest.mark.parametrize("prior", PRIORS)
+def test_with_the_host_clock_ahead_a_run_that_read_before_the_deletion_is_refused(
+    saver: ColosseumSaver, pg_url: str, host_clock: Any, prior: str
+) -> None:
+    """The run reads the thread, another hand deletes it (Postgres's clock an
+    hour behind the host's): its tool is not paid, and its end brings nothing back."""
+    tid, bank = f"ahead-{uuid.uuid4().hex[:8]}", Bank()
+    before_the_run(saver, tid, prior)
+    host_clock(HOUR_NS)
+
+    def purge(state: Any) -> dict:
+        saver.delete_thread(tid)
+        return {"messages": [AIMessage(SECRET, id="ai-p")]}
+
+    with pytest.raises(CheckpointDeletedError) as refused:
+        paying_graph(saver, bank, purge).invoke(first_input(tid), cfg(tid), durability="exit")
+    assert refused.value.thread_id == tid
+    assert bank.calls == [], "the tool ran for a run of a deleted thread"
+    assert ledger_rows(pg_url, tid) == []
+    assert saver.get_tuple(cfg(tid)) is None
+    assert saver.threads.get(tid) is None
+    assert_gone(saver, pg_url, tid)
+
+
+@pytest.mark.parametrize("prior", PRIORS)
+async def test_with_the_host_clock_ahead_a_run_that_read_before_the_deletion_is_refused_async(
+    asaver: AsyncColosseumSaver, pg_url: str, host_clock: Any, prior: str
+) -> None:
+    tid, bank = f"aahead-{uuid.uuid4().hex[:8]}", Bank()
+    await abefore_the_run(asaver, tid, prior)
+    host_clock(HOUR_NS)
+
+    async def purge(state: Any) -> dict:
+        await asaver.adelete_thread(tid)
+        return {"messages": [AIMessage(SECRET, id="ai-p")]}
+
+    with pytest.raises(CheckpointDeletedError):
+        await paying_graph(asaver, bank, purge).ainvoke(
+            first_input(tid), cfg(tid), durability="exit"
+        )
+    assert bank.calls == [], "the tool ran for a run of a deleted thread"
+    assert ledger_rows(pg_url, tid) == []
+    assert await asaver.aget_tuple(cfg(tid)) is None
+    assert await asaver.threads.get(tid) is None
+    assert_gone(asaver, pg_url, tid)
+
+
+@pytest.mark.parametrize("durability", ["exit", "sync"])
+def test_with_postgres_clock_ahead_a_run_begun_after_a_deletion_is_stored(
+    saver: ColosseumSaver, pg_url: str, host_clock: Any, durability: str
+) -> None:
+    """A run that begins right after a deletion of its thread (Postgres's clock
+    an hour ahead of the host's) is a new thread: stored, its tool paid once;
+    the run after it (served by the Redis head, if any) too."""
+    tid, bank = f"behind-{uuid.uuid4().hex[:8]}", Bank()
+    other_run(saver).invoke(first_input(tid), cfg(tid))
+    saver.delete_thread(tid)
+    host_clock(-HOUR_NS)
+    graph = paying_graph(saver, bank, lambda state: {})
+    for _ in range(2):
+        out = graph.invoke(
+            {"messages": [HumanMessage("hi", id="h-2")]}, cfg(tid), durability=durability
+        )
+        assert reply_of(out) == "paid 5 (call #1)"
+    assert bank.calls == [("bob", 5)]
+    assert ledger_rows(pg_url, tid) == [(tid, "SUCCESS")]
+    assert saver.threads.get(tid).status == "idle"
+    assert secret_in_postgres(pg_url) == []
+
+
+async def test_with_postgres_clock_ahead_a_run_begun_after_a_deletion_is_stored_async(
+    asaver: AsyncColosseumSaver, pg_url: str, host_clock: Any
+) -> None:
+    tid, bank = f"abehind-{uuid.uuid4().hex[:8]}", Bank()
+    await other_run(asaver).ainvoke(first_input(tid), cfg(tid))
+    await asaver.adelete_thread(tid)
+    host_clock(-HOUR_NS)
+    graph = paying_graph(asaver, bank, lambda state: {})
+    for _ in range(2):
+        out = await graph.ainvoke(
+            {"messages": [HumanMessage("hi", id="h-2")]}, cfg(tid), durability="exit"
+        )
+        assert reply_of(out) == "paid 5 (call #1)"
+    assert bank.calls == [("bob", 5)]
+    assert ledger_rows(pg_url, tid) == [(tid, "SUCCESS")]
+    assert secret_in_postgres(pg_url) == []
+
+
+def stamp_of(url: str, tid: str) -> str | None:
+    """The thread's deletion stamp (NULL: the thread id was never deleted)."""
+    with psycopg.connect(url) as conn:
+        row = conn.execute(
+            "SELECT before FROM colosseum_deleted_threads WHERE thread_id = %s", [tid]
+        ).fetchone()
+    return row[0] if row else None
+
+
+def test_each_deletion_of_a_thread_id_writes_a_stamp_past_its_last(
+    saver: ColosseumSaver, pg_url: str
+) -> None:
+    """The stamp a run's first read saw is compared for equality: a deletion
+    must never write one the thread had before. A stamp written by a clock an
+    hour ahead (since set back): the next deletion's is past it all the same,
+    and the run that read it is refused."""
+    tid = f"stamps-{uuid.uuid4().hex[:8]}"
+    saver.put(cfg(tid), empty_checkpoint(), {"source": "input", "step": -1}, {})
+    saver.delete_thread(tid)
+    with psycopg.connect(pg_url, autocommit=True) as conn:
+        conn.execute(
             "UPDATE colosseum_deleted_threads SET before = lpad(to_hex("
             "('x' || lpad(before, 16, '0'))::bit(64)::bigint + %s), 15, '0') "
             "WHERE thread_id = %s",
-            [HOUR_IN_UUID6_TICKS, tid],
-        ).rowcount
-    assert moved == 1
-
-
-@pytest.mark.parametrize("durability", ["sync", "exit"])
-def test_a_run_begun_within_the_clock_skew_after_a_deletion_is_refused(
-    saver: ColosseumSaver, pg_url: str, durability: str
-) -> None:
-    tid = f"skew-{uuid.uuid4().hex[:8]}"
-    chat_graph(saver, lambda state: {}).invoke(first_input(tid), cfg(tid))
-    saver.delete_thread(tid)
-    deleted_by_a_clock_ahead(pg_url, tid)
-    with pytest.raises(CheckpointDeletedError):
-        chat_graph(saver, lambda state: {}).invoke(
-            first_input(tid), cfg(tid), durability=durability
+            [HOUR_NS // 100, tid],
         )
-    assert saver.get_tuple(cfg(tid)) is None
-    assert saver.threads.get(tid) is None
+    ahead = stamp_of(pg_url, tid)
+    run = RunControl()
+    assert saver.get_tuple(in_run(cfg(tid), run)) is None  # the run reads the stamp ahead
+    saver.delete_thread(tid)
+    assert stamp_of(pg_url, tid) > ahead
+    with pytest.raises(CheckpointDeletedError):
+        saver.put(in_run(cfg(tid), run), empty_checkpoint(), {"source": "input", "step": -1}, {})
+    assert rows_of(pg_url, tid) == dict.fromkeys(TABLES, 0)
+
+
+def test_a_head_refilled_without_a_deletion_stamp_is_read_from_postgres(pg_url: str) -> None:
+    """A Redis head refilled by older code carries no deletion stamp: the run
+    reading it gets the stamp from Postgres (it is not refused on a reused
+    thread id, nor given none), and the refill after that miss records it."""
+    tid, bank = f"nostamp-{uuid.uuid4().hex[:8]}", Bank()
+    options = {"redis_url": redis_url(), "cache_prefix": CACHE_PREFIX}
+    client = redis.Redis.from_url(redis_url())
+    with ColosseumSaver.from_conn_string(pg_url, **options) as saver:
+        other_run(saver).invoke(first_input(tid), cfg(tid))
+        saver.delete_thread(tid)
+        other_run(saver).invoke({"messages": [HumanMessage("again", id="h-0")]}, cfg(tid))
+        key = saver._store.hot.thread_key(tid)
+        assert client.hget(key, "deleted").decode() == stamp_of(pg_url, tid)
+        assert client.hdel(key, "deleted") == 1  # as a refill of older code left it
+        graph = paying_graph(saver, bank, lambda state: {})
+        out = graph.invoke(
+            {"messages": [HumanMessage("hi", id="h-2")]}, cfg(tid), durability="exit"
+        )
+        assert reply_of(out) == "paid 5 (call #1)"
+        assert client.hget(key, "deleted").decode() == stamp_of(pg_url, tid)
+    client.close()

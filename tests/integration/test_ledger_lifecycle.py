@@ -26,6 +26,7 @@ import pytest
 from langchain_core.messages import AIMessage, AnyMessage
 from langchain_core.runnables import RunnableConfig
 from langchain_core.tools import tool
+from langgraph.checkpoint.base import empty_checkpoint
 from langgraph.graph import END, START, StateGraph
 from langgraph.graph.message import add_messages
 
@@ -37,7 +38,7 @@ from langgraph_colosseum import (
     Retention,
 )
 from langgraph_colosseum._core.ledger import default_key, is_claim
-from langgraph_colosseum._core.runs import Runs, RunWrites
+from langgraph_colosseum._core.runs import Runs
 from tests.conftest import CACHE_PREFIX, redis_url
 
 
@@ -291,7 +292,7 @@ def test_an_exit_run_whose_thread_is_deleted_mid_run_does_not_pay(pg_url: str) -
     """durability="exit": nothing of the run is stored before its end, so no
     stored checkpoint tells the claim that the thread it runs for was deleted
     while the agent ran; the run read the thread before the deletion, and its
-    claim counts as made then. The tool is not called, nothing stays in the
+    claim carries what that read saw. The tool is not called, nothing stays in the
     ledger, and the run's end does not bring the thread back."""
     bank = Bank()
     tid = new_tid("deleted-mid-exit-run")
@@ -339,7 +340,8 @@ def head_options(hot: bool) -> dict:
 # durability="exit", the thread deleted mid-run, on every saver: the claim is
 # refused in its statement. "forgotten": the process keeps one run, and the
 # node that deletes also runs another graph, so the run's first read is
-# forgotten by the time it claims; it then counts as begun before the deletion.
+# forgotten by the time it claims; it then counts as having read the thread
+# before any deletion of it.
 EXIT_CASES = [
     pytest.param(
         hot, forget, id=f"{'redis' if hot else 'postgres'}-{'forgotten' if forget else 'kept'}"
@@ -419,13 +421,36 @@ def test_a_claim_for_a_checkpoint_made_before_its_thread_was_deleted_is_refused(
 ) -> None:
     """durability="exit": nothing of the run is stored when the thread is deleted
     (between the tools step's start and its claim), so no tombstone names its
-    checkpoint; its time does: it was made before the deletion."""
+    checkpoint; the run read the thread before the deletion, and its claim
+    carries what that read saw."""
     bank = Bank()
     tid = new_tid("deleted-before-claim")
     with ColosseumSaver.from_conn_string(pg_url) as saver:
         graph = payment_graph(saver, bank, key=_delete_at_claim(lambda: saver.delete_thread(tid)))
         with pytest.raises(CheckpointDeletedError):
             graph.invoke({"messages": []}, cfg(tid), durability="exit")
+        assert bank.calls == []
+        assert ledger_rows(pg_url, tid) == []
+
+
+def test_a_claim_descending_from_a_pruned_checkpoint_is_refused(pg_url: str) -> None:
+    """prune deletes checkpoints, not the thread: no deletion stamp moves. The
+    checkpoint the tools step runs on (stored: durability="sync") is pruned
+    before its claim, a newer one kept: the claim names it, and is refused."""
+    bank = Bank()
+    tid = new_tid("pruned-before-claim")
+    with ColosseumSaver.from_conn_string(pg_url) as saver:
+
+        def prune_under_the_step() -> None:
+            head = saver.get_tuple(cfg(tid))
+            assert head is not None and head.metadata["step"] == 1  # the tools step's
+            saver.put(head.config, empty_checkpoint(), {"source": "update", "step": 2}, {})
+            saver.prune([tid])  # keeps the newest: the one just put
+
+        graph = payment_graph(saver, bank, key=_delete_at_claim(prune_under_the_step))
+        with pytest.raises(CheckpointDeletedError) as refused:
+            graph.invoke({"messages": []}, cfg(tid), durability="sync")
+        assert refused.value.thread_id == tid
         assert bank.calls == []
         assert ledger_rows(pg_url, tid) == []
 
@@ -571,7 +596,8 @@ def test_a_run_deleted_before_any_of_its_puts_landed_leaves_no_ledger(pg_url: st
     the agent step, so the tools step's checkpoint (made after the deletion)
     names nothing deleted, and the run has stored nothing yet. The claim is
     refused all the same, in its statement: the run read the thread before the
-    deletion, and its claim counts as made then (store.made_at). The tool does
+    deletion, and its claim carries the deletion stamp that read saw
+    (store.seen_of), which the deletion has changed since. The tool does
     not run, the run's puts are refused, and no row of the deleted thread stays
     to answer a new run on the same thread_id."""
     bank = Bank()
@@ -579,23 +605,22 @@ def test_a_run_deleted_before_any_of_its_puts_landed_leaves_no_ledger(pg_url: st
     assert bank.calls == [("bob", 5)], "the deleted thread's run did not pay, the new one did"
 
 
-def test_a_run_whose_first_read_counts_as_after_the_deletion_leaves_no_ledger(
-    pg_url: str, monkeypatch: pytest.MonkeyPatch
-) -> None:
-    """The same, for a run whose first read does not count (as with the
-    application host's clock ahead of Postgres's, see the README: the read
-    then counts as made after the deletion): nothing can tell its claim that
-    the run is doomed, and the tool runs. When its puts are refused (made
-    before the deletion), what it claimed goes with the writes of its
-    checkpoints that were never stored: no row of the deleted thread answers
-    the new run."""
-    monkeypatch.setattr(RunWrites, "note_start", lambda self, at: None)
+def test_a_run_whose_thread_is_deleted_after_its_claim_leaves_no_ledger(pg_url: str) -> None:
+    """The same, with the thread deleted right after the tool's claim: nothing
+    could tell the claim that the run is doomed, and the tool ran. When its
+    puts are refused (the thread was deleted since the run read it), what it
+    claimed goes with the writes of its checkpoints that were never stored: no
+    row of the deleted thread answers the new run."""
     bank = Bank()
-    run_deleted_before_its_puts(pg_url, bank, new_tid("unread-before-puts"))
+    run_deleted_before_its_puts(pg_url, bank, new_tid("claimed-before-puts"), after_claim=True)
     assert bank.calls == [("bob", 5), ("bob", 5)], "the doomed run paid, the new one again"
 
 
-def run_deleted_before_its_puts(pg_url: str, bank: Bank, tid: str) -> None:
+def run_deleted_before_its_puts(
+    pg_url: str, bank: Bank, tid: str, *, after_claim: bool = False
+) -> None:
+    """`after_claim`: the thread is deleted once the claim has committed, not
+    before the agent step."""
     claimed = threading.Event()
     with ColosseumSaver.from_conn_string(pg_url) as saver:
         put, put_writes, perform = saver.put, saver.put_writes, saver._perform
@@ -605,6 +630,8 @@ def run_deleted_before_its_puts(pg_url: str, bank: Bank, tid: str) -> None:
                 return perform(request)
             finally:
                 if is_claim(request):
+                    if after_claim:
+                        delete_once(None)
                     claimed.set()
 
         def held(write: Any) -> Any:
@@ -620,12 +647,12 @@ def run_deleted_before_its_puts(pg_url: str, bank: Bank, tid: str) -> None:
         saver.put_writes = held(put_writes)  # type: ignore[method-assign]
         deleted: list[bool] = []
 
-        def delete_once(config: RunnableConfig) -> None:
+        def delete_once(config: RunnableConfig | None) -> None:
             if not deleted:
                 deleted.append(True)
                 saver.delete_thread(tid)
 
-        graph = payment_graph(saver, bank, before_agent=delete_once)
+        graph = payment_graph(saver, bank, before_agent=None if after_claim else delete_once)
         with pytest.raises(CheckpointDeletedError):
             graph.invoke({"messages": []}, cfg(tid))
         assert claimed.is_set()

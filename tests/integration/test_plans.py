@@ -141,13 +141,13 @@ PAGE = {**HEAD, "page_size": 100, "cursor_id": "00010000", "cursor_ns": "", "cur
 PUT = {
     "thread_id": "long", "checkpoint_ns": "", "checkpoint_id": "00020001",
     "parent_checkpoint_id": "00020000", "run_id": None, "checkpoint": "{}", "metadata": "{}",
-    "parents": "{}", "created": "00020001", "channels": ["counter"], "versions": ["00020001"],
+    "parents": "{}", "seen": "", "channels": ["counter"], "versions": ["00020001"],
     "encodings": ["json"], "jsons": ["1"], "datas": [None], "types": [None], "bases": [None],
     "depths": [0], "run_owner": None, "run_token": None, "run_metadata": "{}",
     "values_set": "{}", "values_del": [], "ttl": None,
 }  # fmt: skip
 PUT_WRITES = {
-    **{k: PUT[k] for k in ("thread_id", "checkpoint_ns", "checkpoint_id", "parents", "created")},
+    **{k: PUT[k] for k in ("thread_id", "checkpoint_ns", "checkpoint_id", "parents", "seen")},
     "task_id": "task", "task_path": "", "idxs": [0], "channels": ["counter"],
     "encodings": ["json"], "jsons": ["1"], "datas": [None], "types": [None],
     "run_owner": None, "run_token": None, "run_id": None, "state_version": None,

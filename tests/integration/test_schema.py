@@ -6,12 +6,18 @@ import subprocess
 import sys
 import uuid
 from collections.abc import Iterator
+from typing import Any
 
 import psycopg
 import pytest
 from psycopg import conninfo
 
-from langgraph_colosseum import AsyncColosseumSaver, ColosseumSaver, SchemaVersionError
+from langgraph_colosseum import (
+    AsyncColosseumSaver,
+    CheckpointDeletedError,
+    ColosseumSaver,
+    SchemaVersionError,
+)
 from langgraph_colosseum._core import schema
 from tests.conftest import server_url
 
@@ -249,3 +255,49 @@ def test_older_code_rolling_back_a_newer_run_leaves_the_registry_metadata(
             conn.execute(ROLLED_BACK_BEFORE_12, {"thread_id": "t", "stopped": config["run_id"]})
         assert saver.runs.get(config["run_id"]).status == "rolled_back"
         assert saver.threads.get("t").metadata == {"topic": "zero", "run_id": config["run_id"]}
+
+
+# How a process of older code (schema 12's, which compared the deletion's time
+# with the host's) records a deletion of threads: the column this code reads
+# as the thread's deletion stamp, with no move past the id's last stamp.
+DELETED_THREAD_BEFORE_STAMPS = """
+INSERT INTO colosseum_deleted_threads AS g (thread_id, before)
+SELECT t, lpad(to_hex((extract(epoch FROM clock_timestamp()) * 10000000)::bigint
+                      + 122192928000000000), 15, '0')
+FROM unnest(%(thread_ids)s::text[]) AS t
+ON CONFLICT (thread_id) DO UPDATE SET before = EXCLUDED.before, deleted_at = now()
+"""
+
+
+def delete_as_older_code(url: str, tid: str) -> None:
+    with psycopg.connect(url) as conn:
+        for table in ("colosseum_writes", "colosseum_channel_values", "colosseum_checkpoints",
+                      "colosseum_threads"):  # fmt: skip
+            conn.execute(f"DELETE FROM {table} WHERE thread_id = %s", [tid])
+        conn.execute(DELETED_THREAD_BEFORE_STAMPS, {"thread_ids": [tid]})
+
+
+def test_deletions_by_older_code_are_seen_by_the_runs_of_this_code(pg_url: str) -> None:
+    """During a rolling upgrade a process of older code deletes threads: no
+    schema change is needed, its record of the deletion is the stamp this
+    code's runs compare. A run begun after such a deletion (a reused thread
+    id) is stored; a run holding the thread when one comes (it read the thread
+    before) stores nothing at its end."""
+    from tests.integration.test_deleted_stays_deleted import SECRET, chat_graph, first_input
+
+    tid = f"older-{uuid.uuid4().hex[:8]}"
+    config = {"configurable": {"thread_id": tid}}
+    with ColosseumSaver.from_conn_string(pg_url) as saver:
+        chat_graph(saver, lambda state: {}).invoke(first_input(tid), config)
+        delete_as_older_code(pg_url, tid)
+        out = chat_graph(saver, lambda state: {}).invoke(first_input(tid), config)
+        assert out["messages"][-1].content == f"you said: {SECRET}"
+
+        def purge(state: Any) -> dict:
+            delete_as_older_code(pg_url, tid)
+            return {}
+
+        with pytest.raises(CheckpointDeletedError):
+            chat_graph(saver, purge).invoke(first_input(tid), config, durability="exit")
+        assert saver.get_tuple(config) is None
+        assert saver.threads.get(tid) is None

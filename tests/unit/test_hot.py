@@ -54,12 +54,15 @@ def test_replies_other_than_a_hit() -> None:
     assert hot.parse_read("t", "", [b"17"]) == (b"17", None, True)  # miss: refill
     assert hot.parse_read("t", "", [b"17", 0]) == (b"17", None, False)  # not the head
     nothing = hot._head("t", "", None, None, None, None)  # type: ignore[arg-type]
-    _, head, refillable = hot.parse_read("t", "", [b"17", nothing, b"", [], []])
+    _, head, refillable = hot.parse_read("t", "", [b"17", nothing, b"", [], [], b""])
     assert head is not None and head.row == () and not refillable  # no checkpoint at all
+    assert head.deleted is None  # on a thread id never deleted
+    _, head, _ = hot.parse_read("t", "", [b"17", nothing, b"", [], [], b"1f0a1b2c3d4e5f6"])
+    assert head is not None and head.deleted == "1f0a1b2c3d4e5f6"  # one deleted before
     with pytest.raises(CorruptHeadError):  # READ found it corrupt and dropped it
         hot.parse_read("t", "", [b"17", -1])
     with pytest.raises(CorruptHeadError):  # an emptied head is not "no checkpoint"
-        hot.parse_read("t", "", [b"17", b"", b"", [], []])
+        hot.parse_read("t", "", [b"17", b"", b"", [], [], b""])
 
 
 def hit(hot: HotHead, thread_id: str = "t") -> list:
@@ -72,13 +75,14 @@ def hit(hot: HotHead, thread_id: str = "t") -> list:
             hot.pack_value(thread_id, "ns", "messages", "v2", "v1", "append", '["b"]', None, None),
             b"messages", b"v1", b"",
             hot.pack_value(thread_id, "ns", "messages", "v1", None, "json", '["a"]', None, None)]  # fmt: skip
-    return [b"9", head, flat_versions({"messages": "v2"}), [write], rows]
+    return [b"9", head, flat_versions({"messages": "v2"}), [write], rows, b"1f0a1b2c3d4e5f6"]
 
 
 def test_a_hit_becomes_a_get_tuple_row() -> None:
     hot = bound()
     seq, found, _ = hot.parse_read("t", "ns", hit(hot))
     assert seq == b"9" and found is not None
+    assert found.deleted == "1f0a1b2c3d4e5f6"  # the thread's deletion stamp, for the run
     assert found.row[:4] == ("t", "ns", "c2", "c1")
     assert found.row[6:14] == (["task"], [0], ["path"], ["messages"], ["json"], ['"hi"'],
                                [None], [None])  # fmt: skip
@@ -116,7 +120,7 @@ def test_a_head_that_is_not_what_it_claims_is_corrupt() -> None:
     with pytest.raises(CorruptHeadError):
         hot.parse_read("t", "ns", versions)
     with pytest.raises(CorruptHeadError):
-        hot.parse_read("t", "ns", [b"9", b"garbage", b"", [], []])
+        hot.parse_read("t", "ns", [b"9", b"garbage", b"", [], [], b""])
 
 
 def test_a_hit_asks_for_the_incarnation_again_once_the_bound_has_passed() -> None:
