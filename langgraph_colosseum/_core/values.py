@@ -614,19 +614,22 @@ class Materializer:
         return corrupt_row(key[:3], checkpoint_id, cause)
 
 
-def parse_value_rows(thread_id: str, checkpoint_ns: str, columns_: tuple) -> list[ValueRow]:
-    """ValueRows from the parallel arrays of GET_TUPLE (channel, version, base, ...)."""
-    channels, versions, bases, encodings, jsons, datas, types = columns_
+def parse_value_rows(thread_id: str, checkpoint_ns: str, text: str | None) -> list[ValueRow]:
+    """ValueRows from GET_TUPLE's value rows column: a JSON array of [channel,
+    version, base_version, encoding, value as JSON text, value_bytes in hex,
+    value_type] (see sql._TUPLE_JOINS), or NULL for none."""
+    if text is None:
+        return []
     return [
         ValueRow(
-            (thread_id, checkpoint_ns, channels[i], versions[i]),
-            bases[i],
-            encodings[i],
-            parse_json(jsons[i]),
-            datas[i],
-            types[i],
+            (thread_id, checkpoint_ns, channel, version),
+            base,
+            encoding,
+            parse_json(json),
+            None if data is None else bytes.fromhex(data),
+            type_,
         )
-        for i in range(len(channels or ()))
+        for channel, version, base, encoding, json, data, type_ in orjson.loads(text)
     ]
 
 
