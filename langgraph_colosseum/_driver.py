@@ -27,7 +27,7 @@ import logging
 import math
 import random
 import re
-from collections.abc import Iterator, Mapping
+from collections.abc import Callable, Iterator, Mapping
 from contextlib import contextmanager
 from typing import Any, NamedTuple
 
@@ -202,6 +202,11 @@ _IDLE = pq.TransactionStatus.IDLE
 _PIPELINE_OFF = pq.PipelineStatus.OFF
 _WAIT_R, _WAIT_RW, _READY_R = Wait.R, Wait.RW, Ready.R
 
+# A test's hook: called with the libpq connection and a request's index in its
+# round trip once that request's Sync was read (tests/integration/
+# test_coalesce.py breaks the connection there, between two requests' replies).
+on_reply: Callable[[Any, int], None] | None = None
+
 
 class _Statement(NamedTuple):
     """A statement's text with `$n` placeholders, and its parameters' names and formats."""
@@ -368,6 +373,8 @@ def _round_trip(pgconn: Any, segments: list[list[tuple[Any, ...]]]) -> Any:
         if result.status == _PIPELINE_SYNC:
             replies.append(results)
             results = []
+            if on_reply is not None:
+                on_reply(pgconn, len(replies) - 1)
         else:
             results.append(result)
     # A LISTENing connection's notifications go where psycopg sends its own.
