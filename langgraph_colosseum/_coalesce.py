@@ -15,12 +15,29 @@ batch; those that arrive once it is being sent start the next one.
 
 What each request sees is unchanged: its rows, or the exception its own
 statements raised; the driver's retries (conflicts, a lost connection) work on
-it alone, as before. A caller cancelled after its request was sent does not
-stop it: the round trip is read to the end and the connection goes back clean
-(the request may have been applied, as a request cancelled after its commit
-always could be). Only hot statements are coalesced: they are short, so one
-that waits on a lock (a delete of its thread) holds the others up only as long
-as it would have held its own connection.
+it alone, as before. No request's outcome is another's
+(tests/integration/test_coalesce.py):
+
+* parameters psycopg refuses (no dumper, an encoding error) fail their own
+  request before any I/O, and it is left out of the round trip
+  (_driver._lean_begin);
+* a request whose reply was read up to its Sync (so its commit) has its
+  outcome even when the connection is lost after it; only the requests whose
+  replies were not read get the lost connection, and the driver's retry
+  (_driver._lean_end);
+* a loader's error while reading one request's rows is that request's;
+* a wait for a connection that fails (a pool timeout, a closed pool) fails the
+  requests queued before it began; the ones queued during it wait for a
+  connection of their own, as they would have without coalescing;
+* the sending task hands every failure to its callers, so none is left for
+  asyncio to report as never retrieved.
+
+A caller cancelled after its request was sent does not stop it: the round
+trip is read to the end and the connection goes back clean (the request may
+have been applied, as a request cancelled after its commit always could be).
+Only hot statements are coalesced: they are short, so one that waits on a lock
+(a delete of its thread) holds the others up only as long as it would have
+held its own connection.
 """
 
 from __future__ import annotations
@@ -32,6 +49,8 @@ from psycopg_pool import AsyncConnectionPool
 
 from langgraph_colosseum import _driver
 from langgraph_colosseum._core.io import Request
+
+logger = _driver.logger
 
 # At most this many requests share a round trip. Postgres runs a round trip's
 # requests one after another on one backend, so a batch of everything queued
@@ -69,20 +88,37 @@ class Coalescer:
         self.collecting = True
         task = asyncio.ensure_future(self._send())
         self.tasks.add(task)
-        task.add_done_callback(self.tasks.discard)
+        task.add_done_callback(self._sent)
 
-    def _take(self) -> list[_Queued]:
-        batch, self.queue = self.queue[:MAX_BATCH], self.queue[MAX_BATCH:]
+    def _sent(self, task: asyncio.Task) -> None:
+        self.tasks.discard(task)
+        # _send gives every failure to its requests' callers; one it could not
+        # (none is known) is logged here rather than left for asyncio to find
+        # unretrieved when the task is collected.
+        if not task.cancelled() and (exc := task.exception()) is not None:
+            logger.error("colosseum: a coalesced round trip failed", exc_info=exc)
+
+    def _take(self, count: int = MAX_BATCH) -> list[_Queued]:
+        batch, self.queue = self.queue[:count], self.queue[count:]
         self.collecting = False
         if self.queue:  # the rest go on another connection, at the same time
             self._collect()
         return [queued for queued in batch if not queued.future.done()]  # not cancelled
 
     async def _send(self) -> None:
+        # The requests queued before the wait for a connection began; the ones
+        # queued during it joined late.
+        waited = len(self.queue)
         try:
             conn = await self.pool.getconn()
-        except BaseException as exc:
-            _fail(self._take(), exc)
+        except Exception as exc:
+            # Only the requests that waited for the whole of it share its
+            # failure (a pool timeout, a closed pool); the late ones wait for a
+            # connection of their own, as they would have without coalescing.
+            _fail(self._take(waited), exc)
+            return
+        except BaseException:  # cancelled: the loop is closing
+            _fail(self._take(len(self.queue)), asyncio.CancelledError())
             raise
         batch = self._take()
         try:
@@ -100,7 +136,7 @@ class Coalescer:
                 )
                 for queued, outcome in zip(batch, outcomes):
                     _settle(queued, outcome.value, outcome.error)
-        except BaseException as exc:
+        except BaseException as exc:  # cancelled, or a failure no request was given
             _fail(batch, exc)
             if not isinstance(exc, Exception):
                 raise

@@ -344,10 +344,14 @@ def _lean_exchange(conn: Any, request: Request, statements: list[_Statement]) ->
     return _Exchange(steps, executes, prepares, session)
 
 
-def _round_trip(pgconn: Any, segments: list[list[tuple[Any, ...]]]) -> Any:
+def _round_trip(
+    pgconn: Any, segments: list[list[tuple[Any, ...]]], replies: list[list[Any]]
+) -> Any:
     """The generator `conn.wait` runs: each request's steps followed by a Sync
-    (so each is its own implicit transaction), all sent at once; returns, per
-    request, its results (one per step), leaving pipeline mode."""
+    (so each is its own implicit transaction), all sent at once; appends to
+    `replies`, per request, its results (one per step) once its Sync is read,
+    so a round trip cut short still tells whose replies were read; leaves
+    pipeline mode."""
     pgconn.enter_pipeline_mode()
     for steps in segments:
         for step in steps:
@@ -361,7 +365,6 @@ def _round_trip(pgconn: Any, segments: list[list[tuple[Any, ...]]]) -> Any:
     while pgconn.flush():  # a large request: the server may answer while we send
         if (yield _WAIT_RW) & _READY_R:
             pgconn.consume_input()
-    replies: list[list[Any]] = []
     results: list[Any] = []
     while len(replies) < len(segments):
         while pgconn.is_busy():
@@ -382,7 +385,6 @@ def _round_trip(pgconn: Any, segments: list[list[tuple[Any, ...]]]) -> Any:
         if pgconn.notify_handler is not None:
             pgconn.notify_handler(notify)
     pgconn.exit_pipeline_mode()
-    return replies
 
 
 def _lean_results(request: Request, exchange: _Exchange, results: list[Any]) -> Any:
@@ -420,10 +422,29 @@ class Outcome(NamedTuple):
     error: BaseException | None
 
 
-def _lean_begin(conn: Any, batch: list[tuple[Request, list[_Statement]]]) -> list[_Exchange]:
-    if conn.pgconn.status == _BAD:
-        raise psycopg.OperationalError("the connection is closed")
-    return [_lean_exchange(conn, request, statements) for request, statements in batch]
+def _lean_begin(
+    conn: Any,
+    batch: list[tuple[Request, list[_Statement]]],
+    indices: list[int],
+    outcomes: list[Outcome | None],
+) -> tuple[list[int], list[_Exchange]]:
+    """The exchanges of the requests of `indices`, and which of them are sent.
+
+    A request whose parameters psycopg refuses (a value no dumper takes, a
+    string the connection's encoding cannot hold) gets that error as its
+    outcome here, before any I/O, and is left out: the requests sharing its
+    round trip are sent without it."""
+    sent: list[int] = []
+    exchanges: list[_Exchange] = []
+    for index in indices:
+        request, statements = batch[index]
+        try:
+            exchanges.append(_lean_exchange(conn, request, statements))
+        except Exception as exc:
+            outcomes[index] = Outcome(None, exc)
+        else:
+            sent.append(index)
+    return sent, exchanges
 
 
 def _lean_end(
@@ -431,22 +452,30 @@ def _lean_end(
     batch: list[tuple[Request, list[_Statement]]],
     exchanges: list[_Exchange],
     replies: list[list[Any]],
+    lost: Exception | None,
     outcomes: list[Outcome | None],
     last: bool,
 ) -> list[int]:
-    """Fill `outcomes` from the replies; the requests to send again (_DEALLOCATED)."""
+    """Fill `outcomes` from the replies; the requests to send again (_DEALLOCATED).
+
+    A request whose reply (up to its Sync, so its commit) was read has its
+    own outcome even when the connection was `lost` after it; only those not
+    read get `lost`, for the drivers' retries on a lost connection."""
     again = []
-    for index, (request, _), exchange, results in zip(indices, batch, exchanges, replies):
+    for index, exchange, results in zip(indices, exchanges, replies):
         try:
-            outcomes[index] = Outcome(_lean_results(request, exchange, results), None)
+            outcomes[index] = Outcome(_lean_results(batch[index][0], exchange, results), None)
         except psycopg.errors.InvalidSqlStatementName as exc:
             exchange.session.prepared.clear()
             if last:
                 outcomes[index] = Outcome(None, exc)
             else:
                 again.append(index)
-        except psycopg.Error as exc:
+        except Exception as exc:  # psycopg's, or a loader's own: this request's alone
             outcomes[index] = Outcome(None, exc)
+    for index in indices[len(replies) :]:
+        assert lost is not None  # every request sent has its reply otherwise
+        outcomes[index] = Outcome(None, lost)
     return again
 
 
@@ -457,6 +486,13 @@ def _abandon(conn: Any) -> None:
         pgconn.finish()
 
 
+def _closed() -> psycopg.OperationalError:
+    return psycopg.OperationalError("the connection is closed")
+
+
+# A cancellation or Ctrl-C during a round trip is raised, not made an outcome:
+# psycopg's wait reads such a round trip to its end first, and its caller must
+# still stop.
 def lean_batch(
     conn: psycopg.Connection, batch: list[tuple[Request, list[_Statement]]]
 ) -> list[Outcome]:
@@ -464,15 +500,23 @@ def lean_batch(
     outcomes: list[Outcome | None] = [None] * len(batch)
     indices = list(range(len(batch)))
     for last in (False, True):
-        pending = [batch[i] for i in indices]
+        replies: list[list[Any]] = []
+        lost = None
         with conn.lock:
-            exchanges = _lean_begin(conn, pending)
+            indices, exchanges = _lean_begin(conn, batch, indices, outcomes)
+            if not indices:
+                break
             try:
-                replies = conn.wait(_round_trip(conn.pgconn, [e.steps for e in exchanges]))
+                if conn.pgconn.status == _BAD:
+                    raise _closed()
+                conn.wait(_round_trip(conn.pgconn, [e.steps for e in exchanges], replies))
+            except Exception as exc:
+                _abandon(conn)
+                lost = exc
             except BaseException:
                 _abandon(conn)
                 raise
-        indices = _lean_end(indices, pending, exchanges, replies, outcomes, last)
+        indices = _lean_end(indices, batch, exchanges, replies, lost, outcomes, last)
         if not indices:
             break
     return outcomes  # type: ignore[return-value]
@@ -484,15 +528,23 @@ async def alean_batch(
     outcomes: list[Outcome | None] = [None] * len(batch)
     indices = list(range(len(batch)))
     for last in (False, True):
-        pending = [batch[i] for i in indices]
+        replies: list[list[Any]] = []
+        lost = None
         async with conn.lock:
-            exchanges = _lean_begin(conn, pending)
+            indices, exchanges = _lean_begin(conn, batch, indices, outcomes)
+            if not indices:
+                break
             try:
-                replies = await conn.wait(_round_trip(conn.pgconn, [e.steps for e in exchanges]))
+                if conn.pgconn.status == _BAD:
+                    raise _closed()
+                await conn.wait(_round_trip(conn.pgconn, [e.steps for e in exchanges], replies))
+            except Exception as exc:
+                _abandon(conn)
+                lost = exc
             except BaseException:
                 _abandon(conn)
                 raise
-        indices = _lean_end(indices, pending, exchanges, replies, outcomes, last)
+        indices = _lean_end(indices, batch, exchanges, replies, lost, outcomes, last)
         if not indices:
             break
     return outcomes  # type: ignore[return-value]

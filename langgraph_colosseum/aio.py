@@ -57,11 +57,10 @@ from langgraph_colosseum.threads import AsyncThreads
 
 T = TypeVar("T")
 
-# Off: a shared round trip still fails all its requests for one request's
-# client-side parameter error (a NUL byte in task_id) and for a connection
-# lost after some of its requests had committed (a review's findings); the
-# lean path alone stays. Tests of the coalescer turn it on.
-COALESCE = False
+# Hot requests share pool checkouts and round trips (_coalesce.py); False sends
+# each on a connection of its own (the lean path alone). Each request keeps its
+# own outcome either way (tests/integration/test_coalesce.py).
+COALESCE = True
 
 
 def _hot(request: Request) -> list[Any] | None:
@@ -233,7 +232,15 @@ class AsyncColosseumSaver(ColosseumSaverBase[AsyncThreads]):
         while True:
             conn = None
             try:
-                if self._coalescer is not None and (statements := _hot(request)) is not None:
+                # A retry after a lost connection goes alone, on a connection
+                # of its own: in a shared round trip it would be failed again
+                # by any connection its batch met dead, and the requests it
+                # was lost with would use up their retries together.
+                if (
+                    self._coalescer is not None
+                    and not broken
+                    and (statements := _hot(request)) is not None
+                ):
                     queued = self._coalescer.submit(request, statements)
                     try:
                         with schema_errors():

@@ -22,6 +22,7 @@ from langgraph.checkpoint.base import empty_checkpoint
 from psycopg_pool import AsyncConnectionPool
 
 from langgraph_colosseum import AsyncColosseumSaver, _driver, aio
+from langgraph_colosseum._coalesce import Coalescer
 from langgraph_colosseum._core.io import Query, Transaction, single
 from tests.integration.test_drivers import thread
 
@@ -30,7 +31,7 @@ LOCK = 7411  # an advisory lock the tests hold to keep a request waiting on the 
 
 @pytest.fixture(autouse=True)
 def coalescing(monkeypatch: pytest.MonkeyPatch) -> None:
-    monkeypatch.setattr(aio, "COALESCE", True)
+    monkeypatch.setattr(aio, "COALESCE", True)  # the default (aio.py), whatever it becomes
 
 
 @pytest.fixture
@@ -162,9 +163,9 @@ async def test_a_connection_lost_mid_round_trip_fails_only_the_unread(
     """The connection dies after the second request's reply (its Sync) was
     read, while the third waits for a lock: the first two callers get their
     rows and are not sent again (each row stored once); the third and fourth,
-    whose replies were never read, are retried on a fresh connection (a
-    review's finding: all four were failed and retried, so the first two
-    were applied twice)."""
+    whose replies were never read, are retried, each alone on a fresh
+    connection (a review's finding: all four were failed and retried, so the
+    first two were applied twice)."""
     table = Table(pg_url, "coalesce_lost")
     holder = psycopg.connect(pg_url, autocommit=True)
     holder.execute("SELECT pg_advisory_lock(%s)", [LOCK])
@@ -177,6 +178,14 @@ async def test_a_connection_lost_mid_round_trip_fails_only_the_unread(
             holder.execute("SELECT pg_advisory_unlock(%s)", [LOCK])
 
     monkeypatch.setattr(_driver, "on_reply", on_reply)
+    submitted: list[Any] = []
+    submit = Coalescer.submit
+
+    def counted(self: Coalescer, request: Any, statements: Any) -> Any:
+        submitted.append(request)
+        return submit(self, request, statements)
+
+    monkeypatch.setattr(Coalescer, "submit", counted)
     try:
         async with AsyncColosseumSaver.from_conn_string(pg_url, max_size=1) as saver:
             locked = Query("SELECT pg_advisory_xact_lock(%(k)s)", {"k": LOCK}, fetch=False)
@@ -192,6 +201,9 @@ async def test_a_connection_lost_mid_round_trip_fails_only_the_unread(
     assert killed and round_trips[0] == 4
     assert outcomes == [[(1,)], [(2,)], [None, [(3,)]], [(4,)]]
     assert table.stored() == [1, 2, 3, 4]
+    # The two retries went alone (aio.py), each on a connection of its own,
+    # not coalesced into a round trip whose connection could fail both again.
+    assert len(submitted) == 4 and round_trips[1:] == [1, 1]
 
 
 # ------------------------------------------------- the sending task's own failure
@@ -216,7 +228,9 @@ async def test_a_failed_checkout_leaves_no_exception_unretrieved(pg_url: str) ->
         probe = hot(Query("SELECT %(n)s::int", {"n": 1}))
         assert await run(saver, probe) == [(1,)]
         await pool.close()
-        outcomes = await asyncio.gather(run(saver, probe), run(saver, probe), return_exceptions=True)
+        outcomes = await asyncio.gather(
+            run(saver, probe), run(saver, probe), return_exceptions=True
+        )
         assert all(isinstance(o, psycopg.OperationalError) for o in outcomes), outcomes
         del outcomes
         for _ in range(3):
@@ -226,3 +240,133 @@ async def test_a_failed_checkout_leaves_no_exception_unretrieved(pg_url: str) ->
         loop.set_exception_handler(previous)
     ours = [c for c in reported if "_coalesce" in repr(c.get("future") or c.get("task"))]
     assert ours == [], ours
+
+
+async def test_a_late_request_waits_for_a_connection_of_its_own(pg_url: str) -> None:
+    """The checkout a queue waits on times out (the pool's only connection is
+    held): the request queued before that wait began gets the PoolTimeout; one
+    queued during it is not failed by a wait it joined late, and is sent once
+    a connection is free, as it would have been without coalescing."""
+    from psycopg_pool import PoolTimeout
+
+    async with AsyncConnectionPool(
+        pg_url, kwargs={"autocommit": True}, min_size=1, max_size=1, timeout=2, open=False
+    ) as pool:
+        await pool.wait()
+        saver = AsyncColosseumSaver(pool)
+        assert saver._coalescer is not None
+        probe = hot(Query("SELECT %(n)s::int", {"n": 1}))
+        held = await pool.getconn()
+        first = saver._coalescer.submit(probe, aio._hot(probe))
+        await asyncio.sleep(0)  # its task runs: it now waits for the held connection
+        assert saver._coalescer.tasks
+        late = saver._coalescer.submit(probe, aio._hot(probe))
+        with pytest.raises(PoolTimeout):
+            await first.future
+        assert not late.future.done()
+        await pool.putconn(held)
+        assert await late.future == [(1,)]
+
+
+# ------------------------------------------------- other ways to share a fate
+
+
+async def test_a_result_its_loader_refuses_fails_its_request_alone(
+    pg_url: str, round_trips: list[int]
+) -> None:
+    """A request whose rows a loader refuses with an error of its own (not
+    psycopg's) fails alone; the requests read before and after it in the same
+    round trip, committed, get their rows (before, the loader's error failed
+    them all, though they had been applied)."""
+
+    class RefusingLoader(psycopg.adapt.Loader):
+        def load(self, data: Any) -> Any:
+            raise ValueError("this loader refuses every circle")
+
+    async def configure(conn: psycopg.AsyncConnection) -> None:
+        conn.adapters.register_loader("circle", RefusingLoader)
+
+    table = Table(pg_url, "coalesce_loader")
+    async with AsyncConnectionPool(
+        pg_url,
+        kwargs={"autocommit": True},
+        min_size=1,
+        max_size=1,
+        configure=configure,
+        open=False,
+    ) as pool:
+        saver = AsyncColosseumSaver(pool)
+        outcomes = await asyncio.gather(
+            run(saver, hot(table.insert(1))),
+            run(saver, hot(Query("SELECT %(c)s::circle", {"c": "<(0,0),1>"}))),
+            run(saver, hot(table.insert(3))),
+            return_exceptions=True,
+        )
+    assert round_trips[0] == 3
+    assert outcomes[0] == [(1,)] and outcomes[2] == [(3,)], outcomes
+    assert isinstance(outcomes[1], ValueError)
+    assert table.stored() == [1, 3]
+
+
+async def test_a_caller_cancelled_mid_round_trip_leaves_the_others_theirs(
+    pg_url: str, round_trips: list[int]
+) -> None:
+    """A caller cancelled while its request, sent, waits on the server for a
+    lock: the requests before and after it in the round trip get their rows;
+    its own request is not stopped (it may be applied, as one cancelled after
+    its commit always could be), and the connection serves the next request."""
+    table = Table(pg_url, "coalesce_cancelled")
+    holder = await psycopg.AsyncConnection.connect(pg_url, autocommit=True)
+    await holder.execute("SELECT pg_advisory_lock(%s)", [LOCK])
+    try:
+        async with AsyncColosseumSaver.from_conn_string(pg_url, max_size=1) as saver:
+            locked = Query("SELECT pg_advisory_xact_lock(%(k)s)", {"k": LOCK}, fetch=False)
+            tasks = [
+                asyncio.ensure_future(run(saver, hot(table.insert(1)))),
+                asyncio.ensure_future(run(saver, hot(locked, table.insert(2)))),
+                asyncio.ensure_future(run(saver, hot(table.insert(3)))),
+            ]
+            await waiting_for_lock(pg_url)
+            tasks[1].cancel()
+            with pytest.raises(asyncio.CancelledError):
+                await tasks[1]
+            await holder.execute("SELECT pg_advisory_unlock(%s)", [LOCK])
+            assert await tasks[0] == [(1,)]
+            assert await tasks[2] == [(3,)]
+            assert await run(saver, hot(table.insert(4))) == [(4,)]
+    finally:
+        await holder.close()
+    assert round_trips[0] == 3
+    assert table.stored() == [1, 2, 3, 4]
+
+
+async def test_a_deadlock_victim_is_rerun_alone(pg_url: str, round_trips: list[int]) -> None:
+    """A request of a shared round trip chosen as a deadlock victim is rerun
+    by itself (the driver's conflict retry) and then stored; the requests
+    sharing its round trip are applied once each."""
+    other = LOCK + 1
+    table = Table(pg_url, "coalesce_deadlock")
+    holder = await psycopg.AsyncConnection.connect(pg_url)
+    await holder.execute("SET LOCAL deadlock_timeout = '60s'")  # the victim is the request
+    await holder.execute("SELECT pg_advisory_xact_lock(%s)", [LOCK])
+    try:
+        async with AsyncColosseumSaver.from_conn_string(pg_url, max_size=1) as saver:
+
+            def lock(key: int) -> Query:
+                return Query("SELECT pg_advisory_xact_lock(%(k)s)", {"k": key}, fetch=False)
+
+            outcomes = asyncio.gather(
+                run(saver, hot(table.insert(1))),
+                run(saver, hot(lock(other), lock(LOCK), table.insert(2))),
+                run(saver, hot(table.insert(3))),
+                return_exceptions=True,
+            )
+            await waiting_for_lock(pg_url)  # the request holds `other` and waits for LOCK
+            # Closes the cycle; returns once Postgres aborted the request's transaction.
+            await holder.execute("SELECT pg_advisory_xact_lock(%s)", [other])
+            await holder.commit()
+            assert await outcomes == [[(1,)], [None, None, [(2,)]], [(3,)]]
+    finally:
+        await holder.close()
+    assert round_trips[0] == 3 and len(round_trips) >= 2  # the rerun went on its own
+    assert table.stored() == [1, 2, 3]

@@ -439,7 +439,7 @@ async def test_a_cancelled_request_leaves_its_connection_usable(
     from langgraph_colosseum import aio
     from langgraph_colosseum._core.io import Query, single
 
-    monkeypatch.setattr(aio, "COALESCE", coalesced)  # off by default (aio.py)
+    monkeypatch.setattr(aio, "COALESCE", coalesced)  # on by default (aio.py)
     holder = await psycopg.AsyncConnection.connect(pg_url, autocommit=True)
     await holder.execute("SELECT pg_advisory_lock(7402)")
     try:
@@ -477,7 +477,7 @@ async def test_coalesced_requests_are_each_their_own_transaction(
     from langgraph_colosseum import _driver, aio
     from langgraph_colosseum._core.io import Query, single
 
-    monkeypatch.setattr(aio, "COALESCE", True)  # off by default (aio.py)
+    monkeypatch.setattr(aio, "COALESCE", True)  # the default (aio.py), whatever it becomes
 
     def hot(*queries: Query) -> Transaction:
         return Transaction(tuple(q._replace(prepare=True) for q in queries))
