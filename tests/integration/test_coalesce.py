@@ -260,6 +260,8 @@ async def test_a_late_request_waits_for_a_connection_of_its_own(pg_url: str) -> 
         first = saver._coalescer.submit(probe, aio._hot(probe))
         await asyncio.sleep(0)  # its task runs: it now waits for the held connection
         assert saver._coalescer.tasks
+        # A wait begun from now on outlasts the test: only the first one times out.
+        pool.timeout = 600
         late = saver._coalescer.submit(probe, aio._hot(probe))
         with pytest.raises(PoolTimeout):
             await first.future
