@@ -5,7 +5,8 @@ A `Meter` around a phase reads, in the same run for every saver: client CPU
 stime of the run database's client backends from /proc), statements and
 server time (`pg_stat_statements`, when the server preloads it), round trips
 (counted in psycopg, see `_count_round_trips`) and Redis commands
-(`INFO commandstats`, on a private server only).
+(`INFO commandstats`, on a private server only) and the Redis server's CPU
+(`INFO cpu`, idem).
 """
 
 from __future__ import annotations
@@ -292,6 +293,17 @@ class Bench:
             ],
         }
 
+    def redis_cpu(self) -> float | None:
+        """CPU seconds (user + system) of the Redis server so far (private server only)."""
+        if not self.private_redis:
+            return None
+        client = redis.Redis.from_url(self.redis_url)
+        try:
+            cpu = client.info("cpu")
+        finally:
+            client.close()
+        return float(cpu["used_cpu_user"]) + float(cpu["used_cpu_sys"])
+
     def redis_commands(self, reset: bool = False) -> dict[str, int] | None:
         """Calls per command since the last reset (private server only)."""
         if not self.private_redis:
@@ -373,6 +385,7 @@ class Meter:
         self.bench.reset_statements()
         self.bench.redis_commands(reset=True)
         self.backends = self.bench.backend_cpu()
+        self.redis_cpu = self.bench.redis_cpu()
         self.round_trips = ROUND_TRIPS[0]
         self.wall = time.perf_counter()
         self.cpu = time.process_time()
@@ -387,6 +400,7 @@ class Meter:
         pg_cpu = sum(t - self.backends.get(pid, 0.0) for pid, t in backends.items())
         statements = self.bench.read_statements()
         redis_calls = self.bench.redis_commands()
+        redis_cpu = self.bench.redis_cpu()
         self.figures = {
             "client_cpu_s": cpu,
             "wall_s": wall,
@@ -398,6 +412,12 @@ class Meter:
             "top_statements": statements["top"] if statements else None,
             "redis_commands": sum(redis_calls.values()) if redis_calls is not None else None,
             "redis_by_command": redis_calls,
+            # The Redis server's own CPU (INFO cpu), the meters' INFO calls included.
+            "redis_cpu_s": (
+                redis_cpu - self.redis_cpu
+                if redis_cpu is not None and self.redis_cpu is not None
+                else None
+            ),
         }
 
     def per(self, n: int) -> dict[str, Any]:
