@@ -31,6 +31,9 @@ from benchmarks.common import OURS, OURS_HOT, REF, Bench, params_for, sync_saver
 from benchmarks.servers import private_postgres, private_redis
 
 NAMES = {"ref": REF, "ours": OURS, "ours+redis": OURS_HOT}
+# With --redis-py: ours+redis again, its requests sent through redis-py's own
+# client rather than the connections the cache drives (cache.RedisCache).
+REDIS_PY = "ours+redis-py"
 
 
 def log(message: str) -> None:
@@ -39,7 +42,9 @@ def log(message: str) -> None:
 
 def cell(bench: Bench, name: str, p: dict, profiles: dict | None = None) -> dict:
     gc.collect()
-    with sync_saver(bench, NAMES[name]) as (saver, _):
+    with sync_saver(bench, NAMES.get(name, OURS_HOT)) as (saver, _):
+        if name == REDIS_PY:
+            saver.cache._direct = False
         if profiles is not None:
             profiled(saver, profiles)
         return run_chat_cell(bench, saver, lambda: None, p, delta=False)
@@ -75,8 +80,10 @@ def main() -> None:
     parser = argparse.ArgumentParser(prog="python -m benchmarks.chat_hot")
     parser.add_argument("rounds", type=int, nargs="?", default=3)
     parser.add_argument("--turns", type=int, default=200)
-    parser.add_argument("--profile", choices=tuple(NAMES))
+    parser.add_argument("--profile", choices=(*NAMES, REDIS_PY))
+    parser.add_argument("--redis-py", action="store_true", help=f"add the {REDIS_PY} cell")
     args = parser.parse_args()
+    names = [*NAMES, REDIS_PY] if args.redis_py else list(NAMES)
     signal.signal(signal.SIGTERM, lambda s, f: sys.exit(128 + s))
     p = {**params_for(False), "chat_turns": args.turns}
     out: dict[str, list[dict]] = {}
@@ -85,7 +92,7 @@ def main() -> None:
         bench.create()
         try:
             for r in range(args.rounds):
-                for name in NAMES:
+                for name in names:
                     fig = cell(bench, name, p)
                     out.setdefault(name, []).append(fig)
                     inv = fig["per_invoke"]
@@ -154,6 +161,12 @@ def main() -> None:
         )
         + ")"
     )
+    if REDIS_PY in med:
+        slow = med[REDIS_PY]
+        print(
+            f"p50 {REDIS_PY} vs not: {slow['p50'] / ours['p50']:.2f}; client CPU "
+            f"{REDIS_PY} vs not: {slow['client'] / ours['client']:.2f}"
+        )
 
 
 if __name__ == "__main__":

@@ -41,7 +41,7 @@ from langgraph_colosseum._core.hot import SCRIPTS as HEAD_SCRIPTS
 from langgraph_colosseum._core.hot_items import ITEM_SCRIPTS
 from langgraph_colosseum._core.io import CACHE_UNAVAILABLE, CacheCall, CacheDrop
 from langgraph_colosseum._redact import redact
-from langgraph_colosseum._redis_wire import Wire, take_wire
+from langgraph_colosseum._redis_wire import SyncWire, Wire, take_sync_wire, take_wire
 from langgraph_colosseum.errors import InvalidConfigError
 
 logger = logging.getLogger("langgraph_colosseum")
@@ -244,21 +244,39 @@ def _changes_heads(request: CacheCall | CacheDrop) -> bool:
 
 
 class RedisCache:
-    """Performs `CacheCall` / `CacheDrop` on a blocking Redis or RedisCluster client."""
+    """Performs `CacheCall` / `CacheDrop` on a blocking Redis or RedisCluster client.
+
+    On a plain client each request (its deletions and its script, one round
+    trip) goes out on a connection of the client's pool that the cache drives
+    itself (`_redis_wire.SyncWire`, less than half redis-py's CPU per command)
+    and keeps between requests, one per thread sending at once: at most the
+    pool's `max_connections`, a thread past that waits for one to come back.
+    A Cluster, or a client whose connections a wire cannot drive, is used
+    through redis-py.
+    """
 
     def __init__(self, client: Any) -> None:
         _check_binary(client)
         self.client = client
         self.scripts = {name: client.register_script(lua) for name, lua in SCRIPTS.items()}
         self.breaker = Breaker()
+        self._direct = not isinstance(client, redis.cluster.RedisCluster)
+        self._idle: list[SyncWire] = []  # wires between requests, the last given back on top
+        self._held = 0  # wires taken from the pool and not given back to it
+        self._wires = threading.Condition()
+        pool = getattr(client, "connection_pool", None)
+        self._max_wires = max(1, getattr(pool, "max_connections", 1) or 1)
+        # How long a thread waits for a wire another thread is using (beyond
+        # that, the request fails like one that found Redis too slow).
+        timeout = getattr(pool, "connection_kwargs", {}).get("socket_timeout")
+        self._wait = max(timeout or SOCKET_TIMEOUT, SOCKET_TIMEOUT) * 4
 
     def perform(self, request: CacheCall | CacheDrop) -> Any:
         deletions = self.breaker.admit(request)
         if deletions is None:
             return CACHE_UNAVAILABLE
         try:
-            self._delete(deletions)
-            result = None if isinstance(request, CacheDrop) else self._script(request)
+            result = self._send(request, deletions)
         except Exception as exc:  # RedisClusterException is no RedisError: catch all
             if is_redis_failure(exc):
                 self.breaker.failed(request, deletions, exc)
@@ -270,10 +288,83 @@ class RedisCache:
 
     def flush(self, pattern: str) -> int:
         """Delete every key matching `pattern` (SCAN, so Redis keeps serving); how many."""
+        self._give_back_idle()  # a pool of one connection lends it to the scan
         deleted = 0
         for key in self.client.scan_iter(match=pattern, count=1000):
             deleted += self.client.delete(key)  # one key per call: Cluster-safe
         return deleted
+
+    def _send(self, request: CacheCall | CacheDrop, deletions: list[str]) -> Any:
+        """The request's result (its script's reply, None for a drop); raises its failure."""
+        wire = self._take() if self._direct else None
+        if wire is None:
+            self._delete(deletions)
+            return None if isinstance(request, CacheDrop) else self._script(request)
+        try:
+            commands = [
+                ("DEL", *deletions[start : start + DELETE_CHUNK])
+                for start in range(0, len(deletions), DELETE_CHUNK)
+            ]
+            if isinstance(request, CacheCall):
+                sha = self.scripts[request.script].sha
+                commands.append(("EVALSHA", sha, 1, request.key, *request.args))
+            replies = wire.execute(commands)
+            if isinstance(request, CacheCall) and isinstance(replies[-1], NoScriptError):
+                # Redis restarted, or its script cache was flushed: load, send again.
+                loads = [("SCRIPT", "LOAD", script.script) for script in self.scripts.values()]
+                replies[-1:] = wire.execute([*loads, commands[-1]])
+        finally:
+            self._give(wire)
+        failure = next((r for r in replies if isinstance(r, Exception)), None)
+        if failure is not None:
+            raise failure
+        return replies[-1] if isinstance(request, CacheCall) else None
+
+    def _take(self) -> SyncWire | None:
+        """A wire for this thread's request: an idle one, else a connection
+        taken from the pool (None: the client's cannot be driven directly)."""
+        with self._wires:
+            while True:
+                while self._idle:
+                    wire = self._idle.pop()
+                    if wire.usable():
+                        return wire
+                    self._held -= 1  # closed, or the client's close() disconnected it
+                if self._held < self._max_wires:
+                    self._held += 1
+                    break
+                if not self._wires.wait(self._wait):
+                    raise redis.exceptions.ConnectionError(
+                        f"no connection of the Redis pool came free within {self._wait} s"
+                    )
+        wire = None
+        try:
+            wire = take_sync_wire(self.client)
+        finally:
+            if wire is None:
+                with self._wires:
+                    self._held -= 1
+                    self._wires.notify()
+        if wire is None:
+            self._direct = False
+        return wire
+
+    def _give(self, wire: SyncWire) -> None:
+        with self._wires:
+            if wire.closed:
+                self._held -= 1
+            else:
+                self._idle.append(wire)
+            self._wires.notify()
+
+    def _give_back_idle(self) -> None:
+        """Every idle wire's connection back to the pool (closed: it reconnects)."""
+        with self._wires:
+            idle, self._idle = self._idle, []
+            self._held -= len(idle)
+            self._wires.notify_all()
+        for wire in idle:
+            wire.close(disconnect=False)
 
     def _script(self, call: CacheCall) -> Any:
         return self.scripts[call.script](keys=[call.key], args=call.args)

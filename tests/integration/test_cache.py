@@ -811,3 +811,189 @@ async def test_batches_replacing_a_broken_wire_share_one_connection(
         await saver.aget_tuple(thread("cut-b"))
         assert [type(r) for r in sent] == [CacheCall], "served by Redis"
     await client.aclose()
+
+
+# ------------------------------------------------------------------ the blocking wire
+
+
+def record_sync_requests(saver: ColosseumSaver) -> list[object]:
+    """Every request the blocking saver performs from now on (see record_requests)."""
+    set_recheck_clock(saver, 0.0)
+    sent: list[object] = []
+    original = saver._perform
+
+    def recording(request: Any) -> Any:
+        sent.append(request)
+        return original(request)
+
+    saver._perform = recording  # type: ignore[method-assign]
+    return sent
+
+
+def test_blocking_cache_drives_connections_of_its_pool_and_outlives_their_close(
+    pg_url: str, truth: ColosseumSaver, private_redis: RedisServer, caplog: pytest.LogCaptureFixture
+) -> None:
+    """On a plain blocking client the requests go out on connections of its
+    pool that the cache drives itself (_redis_wire.SyncWire) and keeps between
+    requests; the client's close() disconnects them, and the next request
+    takes a connection again, with no failure."""
+    truncate(pg_url)
+    client = private_redis.client()
+    with worker(pg_url, client) as saver, caplog.at_level(logging.WARNING):
+        graph = chat_graph(saver)
+        for i in range(3):
+            graph.invoke(say(f"q{i}"), thread("kept"))
+        assert_fresh(saver, truth, "kept")
+        wires = list(saver.cache._idle)
+        assert wires, "a wire is kept between requests"
+        in_use = client.connection_pool._in_use_connections
+        assert all(wire.conn in in_use for wire in wires), "held out of the client's pool"
+        sent = record_sync_requests(saver)
+        assert_fresh(saver, truth, "kept")
+        assert [type(r) for r in sent] == [CacheCall], "served by Redis"
+        client.close()
+        assert not any(wire.usable() for wire in wires), "closed with the client"
+        graph.invoke(say("after the close"), thread("kept"))
+        assert_fresh(saver, truth, "kept")
+        assert [type(r) for r in sent].count(CacheCall) >= 2
+        assert sent[-1].script == "read", "the last read was served by Redis"  # type: ignore[attr-defined]
+        assert saver.cache.breaker.backoff == 0.0, "no Redis failure"
+    assert not [r for r in caplog.records if r.levelno >= logging.WARNING]
+    client.close()
+
+
+def test_a_blocking_reply_past_the_timeout_fails_its_request_and_no_later_one(
+    pg_url: str, truth: ColosseumSaver, private_redis: RedisServer
+) -> None:
+    """A reply that comes after the socket timeout (a paused server) fails its
+    request, which reads Postgres; its connection is closed, so that late reply
+    is never read as the answer to a later request."""
+    truncate(pg_url)
+    client, admin = private_redis.client(), private_redis.client()
+    with worker(pg_url, client) as saver:
+        graph = chat_graph(saver)
+        for i in range(2):
+            graph.invoke(say(f"q{i}"), thread(f"late-{i}"))
+            saver.get_tuple(thread(f"late-{i}"))  # refilled: hot
+        first = saver.cache._idle[-1]  # the wire the next request takes
+        # WRITE: scripts wait (they may write), the UNPAUSE below does not.
+        admin.execute_command("CLIENT", "PAUSE", 60_000, "WRITE")
+        try:
+            got = saver.get_tuple(thread("late-0"))  # waits out the timeout, reads Postgres
+        finally:
+            admin.execute_command("CLIENT", "UNPAUSE")
+        assert got is not None and got.checkpoint == truth.get_tuple(thread("late-0")).checkpoint
+        assert first.closed and first not in saver.cache._idle
+        assert saver.cache.breaker.backoff > 0
+        saver.cache.breaker.retry_at = 0.0  # probe now rather than after the backoff
+        sent = record_sync_requests(saver)
+        for i in (1, 0):
+            got = saver.get_tuple(thread(f"late-{i}"))
+            assert got is not None
+            assert got.checkpoint == truth.get_tuple(thread(f"late-{i}")).checkpoint
+        assert [type(r) for r in sent] == [CacheCall, CacheCall], "served by Redis again"
+        assert saver.cache.breaker.backoff == 0.0
+        assert first not in saver.cache._idle
+    admin.close()
+    client.close()
+
+
+@pytest.mark.parametrize("blocking", [False, True], ids=["pool", "blocking-pool"])
+def test_a_blocking_one_connection_pool_serves_threads_flushes_and_recovers(
+    pg_url: str,
+    truth: ColosseumSaver,
+    private_redis: RedisServer,
+    blocking: bool,
+    caplog: pytest.LogCaptureFixture,
+) -> None:
+    """A blocking client whose pool holds one connection, used by several
+    threads at once (LangGraph's own background writes, and three graphs):
+    they take turns on the one connection the cache keeps, rather than fail
+    for want of a second (a plain pool raises, a blocking one waits for a
+    connection given back to it); `flush_cache` scans on it too; reloading
+    the scripts after SCRIPT FLUSH goes over it."""
+    truncate(pg_url)
+    options = client_options()
+    pool_class = redis.BlockingConnectionPool if blocking else redis.ConnectionPool
+    extra = {"timeout": 5} if blocking else {}
+    pool = pool_class(
+        host="127.0.0.1", port=private_redis.port, max_connections=1, **options, **extra
+    )
+    client = redis.Redis(connection_pool=pool)
+    admin = private_redis.client()
+    with worker(pg_url, client) as saver, caplog.at_level(logging.WARNING):
+        graph = chat_graph(saver)
+
+        def turns_and_check() -> None:
+            failures: list[BaseException] = []
+
+            def run(i: int) -> None:
+                try:
+                    for turn in range(3):
+                        graph.invoke(say(f"q{turn}"), thread(f"one-{i}"))
+                except BaseException as exc:  # reported below
+                    failures.append(exc)
+
+            runners = [threading.Thread(target=run, args=(i,)) for i in range(3)]
+            for runner in runners:
+                runner.start()
+            for runner in runners:
+                runner.join()
+            assert not failures
+            for i in range(3):
+                assert_fresh(saver, truth, f"one-{i}")
+            assert saver.cache.breaker.backoff == 0.0, "no Redis failure"
+            sent = record_sync_requests(saver)
+            assert_fresh(saver, truth, "one-0")
+            assert [type(r) for r in sent] == [CacheCall], "served by Redis"
+            del saver._perform  # stop recording
+
+        turns_and_check()
+        assert saver.flush_cache() >= 3
+        turns_and_check()
+        admin.script_flush()
+        turns_and_check()
+        assert saver.cache._held <= 1
+    assert not [r for r in caplog.records if r.levelno >= logging.WARNING]
+    admin.close()
+    client.close()
+
+
+def test_a_resp3_push_between_replies_answers_no_command(private_redis: RedisServer) -> None:
+    """An out-of-band RESP3 message (here a client-tracking invalidation) read
+    before a reply is not taken for that reply."""
+    from langgraph_colosseum._redis_wire import take_sync_wire
+
+    client = redis.Redis(host="127.0.0.1", port=private_redis.port, protocol=3, **client_options())
+    other = private_redis.client()
+    wire = take_sync_wire(client)
+    assert wire is not None
+    assert wire.execute([("CLIENT", "TRACKING", "ON"), ("GET", "tracked")]) == [b"OK", None]
+    # Redis queues an invalidation on the wire's connection while it runs the
+    # SET, so it goes out there ahead of any later reply.
+    other.set("tracked", "1")
+    assert wire.execute([("PING",)]) == [b"PONG"]
+    assert wire.execute([("GET", "tracked")]) == [b"1"]
+    wire.close()
+    other.close()
+    client.close()
+
+
+async def test_a_resp3_push_between_replies_answers_no_command_async(
+    private_redis: RedisServer,
+) -> None:
+    """The same on the asyncio cache's wire."""
+    from langgraph_colosseum._redis_wire import take_wire
+
+    options = client_options()
+    options["retry"] = redis.asyncio.retry.Retry(redis.backoff.NoBackoff(), 0)
+    client = redis.asyncio.Redis(host="127.0.0.1", port=private_redis.port, protocol=3, **options)
+    other = private_redis.client()
+    wire = await take_wire(client)
+    assert wire is not None
+    assert await wire.execute([("CLIENT", "TRACKING", "ON"), ("GET", "tracked")]) == [b"OK", None]
+    other.set("tracked", "1")  # (see the blocking twin)
+    assert await wire.execute([("PING",)]) == [b"PONG"]
+    assert await wire.execute([("GET", "tracked")]) == [b"1"]
+    other.close()
+    await client.aclose()
