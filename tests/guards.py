@@ -402,11 +402,10 @@ GUARDS: list[Guard] = [
         name="deleted stays deleted: a write naming a deleted checkpoint is refused",
         file="langgraph_colosseum/_core/sql.py",
         original=(
-            "    SELECT d.checkpoint_id FROM lineage l\n    JOIN colosseum_tombstones d\n"
-            "      ON d.thread_id = %(thread_id)s AND d.checkpoint_ns = l.ns "
-            "AND d.checkpoint_id = l.id\n    UNION ALL"
+            "    SELECT d.checkpoint_id FROM colosseum_tombstones d\n"
+            "    WHERE d.thread_id = %(thread_id)s AND d.checkpoint_ns"
         ),
-        mutant="",
+        mutant="    SELECT d.checkpoint_id FROM colosseum_tombstones d\n    WHERE false AND d.checkpoint_ns",
         tests=(
             "tests/integration/test_deleted_stays_deleted.py"
             "::test_late_writes_to_a_deleted_checkpoint_are_refused[postgres]",

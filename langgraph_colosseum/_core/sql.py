@@ -327,9 +327,14 @@ fence AS (
     FOR KEY SHARE
 ),
 deleted AS (
-    SELECT d.checkpoint_id FROM lineage l
-    JOIN colosseum_tombstones d
-      ON d.thread_id = %(thread_id)s AND d.checkpoint_ns = l.ns AND d.checkpoint_id = l.id
+    -- a checkpoint of the write's lineage (store.lineage_params: the pairs
+    -- (ns, id) of its parent, itself and each enclosing namespace's checkpoint,
+    -- as `length(ns):ns id` keys, whose ns and ids the index probe narrows to)
+    SELECT d.checkpoint_id FROM colosseum_tombstones d
+    WHERE d.thread_id = %(thread_id)s AND d.checkpoint_ns = ANY(%(lineage_ns)b::text[])
+      AND d.checkpoint_id = ANY(%(lineage_ids)b::text[])
+      AND length(d.checkpoint_ns) || ':' || d.checkpoint_ns || d.checkpoint_id
+          = ANY(%(lineage_keys)b::text[])
     UNION ALL
     -- the thread was deleted since the run's first read (see THREAD_DELETED;
     -- its put, or the put of the run's first checkpoint, had not landed yet)
@@ -508,14 +513,7 @@ def _put(optimistic: bool, head: bool = True) -> str:
     conflict_columns = _CONFLICT_COLUMNS if optimistic else ""
     return compact(
         f"""
--- The checkpoints this one continues from: its parent, and (a subgraph's) the
--- checkpoint of each enclosing namespace (metadata "parents"); and itself.
-WITH lineage AS (
-    SELECT %(checkpoint_ns)s::text AS ns, %(parent_checkpoint_id)s::text AS id
-    WHERE %(parent_checkpoint_id)s::text IS NOT NULL
-    UNION ALL SELECT %(checkpoint_ns)s, %(checkpoint_id)s
-    UNION ALL SELECT key, value FROM jsonb_each_text(%(parents)s::jsonb)
-),
+WITH
 {_DELETED.format(more=_DELETED_RUN)}
 input AS (
     SELECT * FROM unnest(%(channels)b::text[], %(versions)b::text[], %(encodings)b::text[],
@@ -523,21 +521,19 @@ input AS (
                          %(bases)b::text[], %(depths)b::int[])
          AS u(channel, version, encoding, value, value_bytes, value_type, base_version, depth)
 ),
+-- each delta row's base, locked; `found` NULL: the base is gone
 bases AS (
-    SELECT b.channel, b.version FROM input i
-    CROSS JOIN LATERAL (
-        SELECT b.channel, b.version FROM colosseum_channel_values b
+    SELECT i.channel, b.version AS found FROM input i
+    LEFT JOIN LATERAL (
+        SELECT b.version FROM colosseum_channel_values b
         WHERE b.thread_id = %(thread_id)s AND b.checkpoint_ns = %(checkpoint_ns)s
           AND b.channel = i.channel AND b.version = i.base_version
         LIMIT 1
         FOR KEY SHARE
-    ) AS b
-),
-missing AS (
-    SELECT i.channel FROM input i
+    ) AS b ON true
     WHERE i.base_version IS NOT NULL
-      AND NOT EXISTS (SELECT 1 FROM bases b WHERE b.channel = i.channel AND b.version = i.base_version)
 ),
+missing AS (SELECT channel FROM bases WHERE found IS NULL),
 {_FENCED}
 {conflict}
 refused AS (
@@ -717,10 +713,7 @@ claimed AS (
         claim += _ROOT_CLAIMED
     conflict_columns = _CONFLICT_COLUMNS if optimistic else ""
     return f"""
-WITH lineage AS (
-    SELECT %(checkpoint_ns)s::text AS ns, %(checkpoint_id)s::text AS id
-    UNION ALL SELECT key, value FROM jsonb_each_text(%(parents)s::jsonb)
-),{conflict}
+WITH{conflict}
 {_DELETED.format(more=_DELETED_RUN)}
 {_FENCED}
 refused AS (

@@ -141,13 +141,16 @@ PAGE = {**HEAD, "page_size": 100, "cursor_id": "00010000", "cursor_ns": "", "cur
 PUT = {
     "thread_id": "long", "checkpoint_ns": "", "checkpoint_id": "00020001",
     "parent_checkpoint_id": "00020000", "run_id": None, "checkpoint": "{}", "metadata": "{}",
-    "parents": "{}", "seen": "", "channels": ["counter"], "versions": ["00020001"],
+    "lineage_ns": [""], "lineage_ids": ["00020000", "00020001"],
+    "lineage_keys": ["0:00020000", "0:00020001"], "seen": "", "channels": ["counter"],
+    "versions": ["00020001"],
     "encodings": ["json"], "jsons": ["1"], "datas": [None], "types": [None], "bases": [None],
     "depths": [0], "run_owner": None, "run_token": None, "run_metadata": "{}",
     "values_set": "{}", "values_del": [], "ttl": None,
 }  # fmt: skip
 PUT_WRITES = {
-    **{k: PUT[k] for k in ("thread_id", "checkpoint_ns", "checkpoint_id", "parents", "seen")},
+    **{k: PUT[k] for k in ("thread_id", "checkpoint_ns", "checkpoint_id", "seen")},
+    "lineage_ns": [""], "lineage_ids": ["00020001"], "lineage_keys": ["0:00020001"],
     "task_id": "task", "task_path": "", "idxs": [0], "channels": ["counter"],
     "encodings": ["json"], "jsons": ["1"], "datas": [None], "types": [None],
     "run_owner": None, "run_token": None, "run_id": None, "state_version": None,
