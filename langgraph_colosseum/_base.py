@@ -68,6 +68,11 @@ T = TypeVar("T")
 # A migrating thread's run guard: short, so a killed migration's threads are
 # free again soon for its rerun.
 MIGRATION_LEASE = timedelta(seconds=10)
+# on_conflict: a subgraph step that never said it ended holds its checkpoint
+# this long after its run's last write there (README, "on_conflict_hold"):
+# longer than a quiet node usually takes (a model or tool call), short enough
+# that a thread whose run died mid-subgraph is free again the same hour.
+DEFAULT_ON_CONFLICT_HOLD = timedelta(minutes=10)
 # The driver's thread registry API, so `saver.threads` is typed per driver.
 ThreadsT = TypeVar("ThreadsT", bound="Threads | AsyncThreads")
 
@@ -91,12 +96,17 @@ class ColosseumSaverBase(BaseCheckpointSaver[str], abc.ABC, Generic[ThreadsT]):
         cache_prefix: str = KEY_PREFIX,
         encryption: Encryption | None = None,
         on_conflict: str | None = None,
+        on_conflict_hold: timedelta | None = DEFAULT_ON_CONFLICT_HOLD,
     ) -> None:
         """`cache`: the driver's Redis client for the hot head, or None for none.
         `encryption`: AES-256-GCM keys sealing every stored value (_core/crypt.py).
         `on_conflict="raise"`: of two runs that continue from the same latest
         checkpoint, the second to write gets ThreadConflictError (README,
-        "Optimistic concurrency"); None (the default): no check."""
+        "Optimistic concurrency"); None (the default): no check.
+        `on_conflict_hold`: how long after its last write a run's subgraph step
+        that never said it ended (the run died, or stopped at a static
+        breakpoint inside the subgraph) keeps other runs off its checkpoint;
+        None: until the head moves (update_state)."""
         self.types: TypeRegistry = default_registry()
         for cls in types:
             self.types.register(cls)
@@ -115,6 +125,15 @@ class ColosseumSaverBase(BaseCheckpointSaver[str], abc.ABC, Generic[ThreadsT]):
         if on_conflict not in (None, "raise"):
             raise InvalidConfigError(f'on_conflict must be "raise" or None, got {on_conflict!r}')
         self._store.on_conflict = on_conflict == "raise"
+        if on_conflict_hold is not None and (
+            not isinstance(on_conflict_hold, timedelta) or on_conflict_hold <= timedelta(0)
+        ):
+            raise InvalidConfigError(
+                f"on_conflict_hold must be a positive timedelta or None, got {on_conflict_hold!r}"
+            )
+        self._store.on_conflict_hold = (
+            on_conflict_hold.total_seconds() if on_conflict_hold is not None else None
+        )
         self._refuse_unregistered(())
         self.retention = retention
         self._store.thread_ttl = retention.thread_ttl if retention else None

@@ -12,7 +12,7 @@ import psycopg
 from langgraph.checkpoint.serde.base import SerializerProtocol
 from psycopg_pool import AsyncConnectionPool
 
-from langgraph_colosseum._base import ColosseumSaverBase
+from langgraph_colosseum._base import DEFAULT_ON_CONFLICT_HOLD, ColosseumSaverBase
 from langgraph_colosseum._coalesce import Coalescer
 from langgraph_colosseum._core import io
 from langgraph_colosseum._core import threads as threads_ops
@@ -102,6 +102,7 @@ class AsyncColosseumSaver(ColosseumSaverBase[AsyncThreads]):
         pgbouncer: bool = False,
         encryption: Encryption | None = None,
         on_conflict: str | None = None,
+        on_conflict_hold: timedelta | None = DEFAULT_ON_CONFLICT_HOLD,
     ) -> None:
         """`cache`: a `redis.asyncio.Redis` or `RedisCluster` for the hot head (see
         `ColosseumSaver`)."""
@@ -116,6 +117,7 @@ class AsyncColosseumSaver(ColosseumSaverBase[AsyncThreads]):
             cache_prefix=cache_prefix,
             encryption=encryption,
             on_conflict=on_conflict,
+            on_conflict_hold=on_conflict_hold,
         )
         if pgbouncer:
             require_transaction_mode_safe(conn)

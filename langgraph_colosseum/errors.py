@@ -371,16 +371,30 @@ class ThreadConflictError(ColosseumError):
         continued_from: str | None,
         head: str | None,
         operation: str,
+        held: bool = False,
     ) -> None:
         self.thread_id = thread_id
         self.checkpoint_ns = checkpoint_ns
         self.continued_from = continued_from
         self.head = head
         self.operation = operation  # the write Postgres refused: "put" or "put_writes"
+        # another run's subgraph step under that checkpoint was under way (or
+        # that run stopped without saying so): README, "on_conflict_hold"
+        self.held = held
         ns = f", namespace {checkpoint_ns!r}" if checkpoint_ns else ""
         start = (
             f"checkpoint {continued_from!r}" if continued_from else "no checkpoint (a new thread)"
         )
+        if held:
+            super().__init__(
+                f"refused {operation} on thread {thread_id!r}{ns}: this run continued from "
+                f"{start}, where another run's subgraph step is under way (or that run "
+                "stopped without saying so: it died, or stopped at a static breakpoint inside "
+                "the subgraph). Nothing of this write was stored. Retry once that run has "
+                "ended, or after on_conflict_hold from its last write; update_state on the "
+                "thread moves the head past it now."
+            )
+            return
         now = (
             f"the head is now {head!r}"
             if head and head != continued_from

@@ -16,7 +16,7 @@ import psycopg
 from langgraph.checkpoint.serde.base import SerializerProtocol
 from psycopg_pool import ConnectionPool
 
-from langgraph_colosseum._base import ColosseumSaverBase
+from langgraph_colosseum._base import DEFAULT_ON_CONFLICT_HOLD, ColosseumSaverBase
 from langgraph_colosseum._core import io
 from langgraph_colosseum._core import threads as threads_ops
 from langgraph_colosseum._core.crypt import Encryption
@@ -79,6 +79,7 @@ class ColosseumSaver(ColosseumSaverBase[Threads]):
         pgbouncer: bool = False,
         encryption: Encryption | None = None,
         on_conflict: str | None = None,
+        on_conflict_hold: timedelta | None = DEFAULT_ON_CONFLICT_HOLD,
     ) -> None:
         """`cache`: a `redis.Redis` or `redis.cluster.RedisCluster` for the hot head;
         its keys are `cache_prefix` + `{thread_id}`, and idle ones expire after `hot_ttl`."""
@@ -93,6 +94,7 @@ class ColosseumSaver(ColosseumSaverBase[Threads]):
             cache_prefix=cache_prefix,
             encryption=encryption,
             on_conflict=on_conflict,
+            on_conflict_hold=on_conflict_hold,
         )
         if pgbouncer:
             require_transaction_mode_safe(conn)

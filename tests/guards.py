@@ -48,6 +48,7 @@ STATE_VERSIONS = "tests/integration/test_state_versions.py"
 STATE_VERSIONS_REVIEW = "tests/integration/test_state_versions_review.py"
 ON_CONFLICT = "tests/integration/test_on_conflict.py"
 ON_CONFLICT_SUBGRAPHS = "tests/integration/test_on_conflict_subgraphs.py"
+ON_CONFLICT_IN_FLIGHT = "tests/integration/test_on_conflict_in_flight.py"
 LEDGER_LIFE = "tests/integration/test_ledger_lifecycle.py"
 LATE_HEADS = "tests/integration/test_late_heads.py"
 LOST_REPLIES = "tests/integration/test_lost_replies.py"
@@ -791,11 +792,61 @@ GUARDS: list[Guard] = [
     Guard(
         name="on_conflict: a subgraph's write claims the root head",
         file="langgraph_colosseum/_core/sql.py",
-        original=(
-            "    WHERE root_head.id IS NOT NULL AND root_head.claim IS DISTINCT FROM %(writer)s::text\n"
-        ),
+        original="    WHERE root_head.id IS NOT NULL AND NOT EXISTS (SELECT 1 FROM refused)\n",
         mutant="    WHERE false\n",
         tests=(f"{ON_CONFLICT_SUBGRAPHS}::test_a_subgraph_write_first_decides_the_resume_race",),
+    ),
+    Guard(
+        name="on_conflict: another run's subgraph task held at a checkpoint refuses writes to it",
+        file="langgraph_colosseum/_core/sql.py",
+        original="    UNION ALL SELECT id FROM held_here\n",
+        mutant="",
+        tests=(
+            f"{ON_CONFLICT_IN_FLIGHT}::test_a_run_reading_mid_subgraph_cannot_take_the_head_over",
+        ),
+    ),
+    Guard(
+        name="on_conflict: another run's subgraph task held at the root refuses subgraph writes",
+        file="langgraph_colosseum/_core/sql.py",
+        original="    UNION ALL SELECT id FROM root_held\n",
+        mutant="",
+        tests=(
+            f"{ON_CONFLICT_IN_FLIGHT}::test_a_subgraph_write_mid_subgraph_cannot_take_the_head_over",
+        ),
+    ),
+    Guard(
+        name="on_conflict: a subgraph's write holds its root task",
+        file="langgraph_colosseum/_core/sql.py",
+        original=(
+            "           jsonb_build_object(%(root_task)s::text, "
+            "extract(epoch FROM statement_timestamp())),\n"
+        ),
+        mutant="           'null'::jsonb,\n",
+        tests=(
+            f"{ON_CONFLICT_IN_FLIGHT}::test_a_run_reading_mid_subgraph_cannot_take_the_head_over",
+        ),
+    ),
+    Guard(
+        name="on_conflict: the run's own write of a held task closes it",
+        file="langgraph_colosseum/_core/sql.py",
+        original="                               THEN colosseum_writes.value - %(task_id)s::text\n",
+        mutant="                               THEN colosseum_writes.value\n",
+        tests=(
+            f"{ON_CONFLICT_IN_FLIGHT}::test_after_an_interrupt_raised_again_in_the_subgraph_the_next_resume_goes_on",
+        ),
+    ),
+    Guard(
+        name="on_conflict: a held task lapses on_conflict_hold after its run's last write",
+        file="langgraph_colosseum/_core/sql.py",
+        original=(
+            "            WHERE %(hold)s::float8 IS NULL\n"
+            "               OR held.value::float8 > extract(epoch FROM statement_timestamp()) "
+            "- %(hold)s::float8)"
+        ),
+        mutant="            WHERE true)",
+        tests=(
+            f"{ON_CONFLICT_IN_FLIGHT}::test_a_static_breakpoint_in_a_subgraph_holds_until_the_hold_ends",
+        ),
     ),
     Guard(
         name="on_conflict: a refused run's subgraph checkpoints under its unstored root go",

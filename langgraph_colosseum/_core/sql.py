@@ -413,29 +413,60 @@ _DELETED_RUN = """
 # reaches Postgres first, in any namespace, decides: every later write of the
 # other, in any namespace, is refused. The root's own writes need nothing more:
 # they check the root already.
+#
+# A claim alone cannot tell a run that stopped at a checkpoint (an interrupt,
+# an error: the next run may go on from there) from one still under way in a
+# subgraph: a run that read the claim mid-run and took the head over would
+# read the other's half-done subgraph (and finish with its answer, or both be
+# refused). So the root claim also says which of its run's subgraph tasks are
+# under way (`held`): its value is {root task id: when the run last wrote
+# under it, epoch seconds on Postgres's clock}. A write in a subgraph
+# namespace ("name:<task id>|...") adds its root task (`root_claimed`); the
+# run's own write of that task at the root closes it (`claimed`): LangGraph
+# records every task that ends, at the parent checkpoint (its output, its
+# interrupt, its error), before the run moves on or stops. While another
+# run's task is held, a checked write to that checkpoint or under it is
+# refused. A run that never closes its task (it died, or stopped at a static
+# breakpoint inside the subgraph: LangGraph records nothing for that at the
+# root) holds it for `hold` seconds after its last write there (NULL: until
+# the head moves, e.g. by update_state).
 CLAIM_TASK_ID = "__colosseum_claim__"
 CLAIM_IDX = -100  # negative: a special slot, replaced on write, in Postgres and Redis
 CLAIM_CHANNEL = "__colosseum_claim__"
+
+# Whether the open tasks `{open}` of a claim (see above) still hold it.
+_HELD = """EXISTS (
+            SELECT 1 FROM jsonb_each_text(CASE WHEN jsonb_typeof({open}) = 'object'
+                                               THEN {open} END) AS held
+            WHERE %(hold)s::float8 IS NULL
+               OR held.value::float8 > extract(epoch FROM statement_timestamp()) - %(hold)s::float8)"""
 
 _OPTIMISTIC = f"""
 head AS (
     SELECT (SELECT h.checkpoint_id FROM colosseum_checkpoints h
             WHERE h.thread_id = %(thread_id)s AND h.checkpoint_ns = %(checkpoint_ns)s
             ORDER BY h.checkpoint_id DESC LIMIT 1) AS id,
-           (SELECT w.task_path FROM colosseum_writes w
-            WHERE w.thread_id = %(thread_id)s AND w.checkpoint_ns = %(checkpoint_ns)s
-              AND w.checkpoint_id = %(claimed_id)s::text
-              AND w.task_id = '{CLAIM_TASK_ID}' AND w.idx = {CLAIM_IDX}) AS claim
+           c.task_path AS claim, c.value AS open
+    FROM (SELECT) AS one
+    LEFT JOIN colosseum_writes c
+      ON c.thread_id = %(thread_id)s AND c.checkpoint_ns = %(checkpoint_ns)s
+     AND c.checkpoint_id = %(claimed_id)s::text
+     AND c.task_id = '{CLAIM_TASK_ID}' AND c.idx = {CLAIM_IDX}
 ),
 root_head AS (
-    SELECT r.id,
-           (SELECT w.task_path FROM colosseum_writes w
-            WHERE w.thread_id = %(thread_id)s AND w.checkpoint_ns = '' AND w.checkpoint_id = r.id
-              AND w.task_id = '{CLAIM_TASK_ID}' AND w.idx = {CLAIM_IDX}) AS claim
+    SELECT r.id, c.task_path AS claim, c.value AS open
     FROM (SELECT (SELECT h.checkpoint_id FROM colosseum_checkpoints h
                   WHERE h.thread_id = %(thread_id)s AND h.checkpoint_ns = ''
                   ORDER BY h.checkpoint_id DESC LIMIT 1) AS id) AS r
+    LEFT JOIN colosseum_writes c
+      ON c.thread_id = %(thread_id)s AND c.checkpoint_ns = '' AND c.checkpoint_id = r.id
+     AND c.task_id = '{CLAIM_TASK_ID}' AND c.idx = {CLAIM_IDX}
     WHERE %(root_checked)s::boolean
+),
+root_held AS (
+    SELECT root_head.id FROM root_head
+    WHERE root_head.claim IS DISTINCT FROM %(writer)s::text
+      AND {_HELD.format(open="root_head.open")}
 ),
 root_conflict AS (
     SELECT root_head.id FROM root_head
@@ -444,6 +475,12 @@ root_conflict AS (
        OR (root_head.claim IS DISTINCT FROM %(writer)s::text
            AND root_head.claim IS DISTINCT FROM
                CASE WHEN root_head.id = %(root_read)s::text THEN %(root_seen)s::text END)
+    UNION ALL SELECT id FROM root_held
+),
+held_here AS (
+    SELECT head.id FROM head
+    WHERE %(checked)s::boolean AND head.claim IS DISTINCT FROM %(writer)s::text
+      AND {_HELD.format(open="head.open")}
 ),
 conflict AS (
     SELECT head.id FROM head
@@ -451,32 +488,42 @@ conflict AS (
         {{head_moved}}
         OR (head.claim IS DISTINCT FROM %(seen_claim)s::text
             AND head.claim IS DISTINCT FROM %(writer)s::text))
+    UNION ALL SELECT id FROM held_here
     UNION ALL SELECT id FROM root_conflict
 ),
 """
-# A subgraph's write that passed claims the root head for its run (see above).
+# A subgraph's write that passed claims the root head for its run (see above),
+# and holds its root task there, as of now.
 _ROOT_CLAIMED = f"""
 root_claimed AS (
     INSERT INTO colosseum_writes
         (thread_id, checkpoint_ns, checkpoint_id, task_id, idx, task_path, channel,
          encoding, value, run_id)
     SELECT %(thread_id)s, '', root_head.id, '{CLAIM_TASK_ID}', {CLAIM_IDX}, %(writer)s::text,
-           '{CLAIM_CHANNEL}', 'json', 'null'::jsonb, %(run_id)s::text
+           '{CLAIM_CHANNEL}', 'json',
+           jsonb_build_object(%(root_task)s::text, extract(epoch FROM statement_timestamp())),
+           %(run_id)s::text
     FROM root_head
-    WHERE root_head.id IS NOT NULL AND root_head.claim IS DISTINCT FROM %(writer)s::text
-      AND NOT EXISTS (SELECT 1 FROM refused)
+    WHERE root_head.id IS NOT NULL AND NOT EXISTS (SELECT 1 FROM refused)
     ON CONFLICT (thread_id, checkpoint_ns, checkpoint_id, task_id, idx)
-    DO UPDATE SET task_path = EXCLUDED.task_path, run_id = EXCLUDED.run_id
+    DO UPDATE SET task_path = EXCLUDED.task_path, run_id = EXCLUDED.run_id,
+                  value = CASE WHEN colosseum_writes.task_path = EXCLUDED.task_path
+                                    AND jsonb_typeof(colosseum_writes.value) = 'object'
+                               THEN colosseum_writes.value || EXCLUDED.value
+                               ELSE EXCLUDED.value END
     RETURNING checkpoint_id
 ),"""
 # The optimistic statements' last columns: whether refused as a loser, the
 # namespace's head; whether the root refused it, the root head; the root
-# checkpoint claimed (for the Redis head).
+# checkpoint whose claim became this run's (for the Redis head); whether
+# another run's subgraph task held what it wrote to.
 _CONFLICT_COLUMNS = """,
        EXISTS (SELECT 1 FROM conflict) AS conflict, (SELECT id FROM head) AS head,
        EXISTS (SELECT 1 FROM root_conflict) AS root_conflict,
        (SELECT id FROM root_head) AS root_head,
-       (SELECT checkpoint_id FROM root_claimed) AS root_claimed"""
+       (SELECT checkpoint_id FROM root_claimed
+        WHERE (SELECT claim FROM root_head) IS DISTINCT FROM %(writer)s::text) AS root_claimed,
+       EXISTS (SELECT 1 FROM held_here UNION ALL SELECT 1 FROM root_held) AS held"""
 _PUT_HEAD_MOVED = (
     "NOT (head.id IS NOT DISTINCT FROM %(parent_checkpoint_id)s::text"
     " OR head.id = %(checkpoint_id)s)"
@@ -704,7 +751,12 @@ claimed AS (
            %(run_id)s::text
     WHERE %(writer)s::text IS NOT NULL AND NOT EXISTS (SELECT 1 FROM refused)
     ON CONFLICT (thread_id, checkpoint_ns, checkpoint_id, task_id, idx)
-    DO UPDATE SET task_path = EXCLUDED.task_path, run_id = EXCLUDED.run_id
+    DO UPDATE SET task_path = EXCLUDED.task_path, run_id = EXCLUDED.run_id,
+                  -- the run's own write of a task it holds (a subgraph's) closes it
+                  value = CASE WHEN colosseum_writes.task_path = EXCLUDED.task_path
+                                    AND jsonb_typeof(colosseum_writes.value) = 'object'
+                               THEN colosseum_writes.value - %(task_id)s::text
+                               ELSE EXCLUDED.value END
 ),"""
         if optimistic
         else ""

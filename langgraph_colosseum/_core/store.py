@@ -16,6 +16,7 @@ from typing import Any
 
 import orjson
 from langchain_core.runnables import RunnableConfig
+from langgraph._internal._constants import NS_END, NS_SEP
 from langgraph.checkpoint.base import (
     EXCLUDED_METADATA_KEYS,
     WRITES_IDX_MAP,
@@ -187,6 +188,9 @@ class CheckpointStore:
         # on_conflict="raise": a run that read the latest checkpoint may only
         # continue from it while no other run has (sql._OPTIMISTIC)
         self.on_conflict = False
+        # seconds a subgraph task another run holds (sql._OPTIMISTIC) lasts
+        # after that run's last write under it; None: until the head moves
+        self.on_conflict_hold: float | None = None
 
     def with_codec(self, codec: ValueCodec) -> CheckpointStore:
         """The same store reading and writing through `codec`, with caches of its own:
@@ -819,6 +823,9 @@ class CheckpointStore:
         params: dict[str, Any] = {
             # only a run whose first read asked for the latest checkpoint
             "checked": read is not None and read.latest,
+            # a subgraph's write holds its root task (the first namespace's task id)
+            "root_task": checkpoint_ns.split(NS_SEP, 1)[0].rpartition(NS_END)[2] or None,
+            "hold": self.on_conflict_hold,
             "writer": run.writer if run is not None else None,
             "seen_claim": seen,
             "claimed_id": claimed_id,
@@ -866,7 +873,7 @@ class CheckpointStore:
             (row,) = yield from self._send(run, statement, {**params, **values}, where, operation)
             if not self.on_conflict or run is None:
                 return row
-            refused, head, root_refused, root_head, _ = row[-5:]
+            refused, head, root_refused, root_head, _, _ = row[-6:]
             own_root_put = (
                 root_refused
                 and root_head not in params["root_own"]
@@ -895,12 +902,13 @@ class CheckpointStore:
         will never make go too, and its later writes are refused here."""
         if not conflict or not conflict[0]:
             return
-        _, head, root_refused, root_head, _ = conflict
+        _, head, root_refused, root_head, _, held = conflict
         details = {
             "thread_id": params["thread_id"],
             "checkpoint_ns": params["checkpoint_ns"],
             "continued_from": continued_from,
             "head": head,
+            "held": held,
         }
         if root_refused:  # a subgraph's write, refused by the root (sql._OPTIMISTIC)
             details.update(checkpoint_ns="", continued_from=params["root_read"], head=root_head)

@@ -59,26 +59,34 @@ class Points:
         self._held = {point: threading.Event() for point in held}
         self._over: defaultdict[str, threading.Event] = defaultdict(threading.Event)
         self.outcome: dict[str, str] = {}
-        self._seen: set[str] = set()
+        self._seen: Counter[str] = Counter()
         self._lock = threading.Lock()
 
-    def enter(self, point: str) -> bool:
+    def enter(self, point: str) -> int:
         """Before an operation: wait while its point is held (the first one
-        of the point; every one with "<point>*" held); whether it is the first."""
+        of the point; the n-th with "<point>#<n>" held; every one with
+        "<point>*" held); which one of the point it is (1: the first)."""
         with self._lock:
-            first = point not in self._seen
-            self._seen.add(point)
-        for name in (point, f"{point}*") if first else (f"{point}*",):
+            self._seen[point] += 1
+            nth = self._seen[point]
+        names = (point, f"{point}#1") if nth == 1 else (f"{point}#{nth}",)
+        for name in (*names, f"{point}*"):
             held = self._held.get(name)
             if held is not None:
                 assert held.wait(WAIT), f"{name} was never released"
-        return first
+        return nth
 
-    def leave(self, point: str, outcome: str) -> None:
+    def leave(self, point: str, nth: int, outcome: str) -> None:
+        """The n-th operation of `point` is over: `wait(point)` (the first) and
+        `wait("<point>#<n>")` tell how."""
+        names = (point, f"{point}#1") if nth == 1 else (f"{point}#{nth}",)
         with self._lock:
-            self.outcome[point] = outcome
-            over = self._over[point]
-        over.set()
+            overs = []
+            for name in names:
+                self.outcome[name] = outcome
+                overs.append(self._over[name])
+        for over in overs:
+            over.set()
 
     def release(self, point: str) -> None:
         self._held[point].set()
@@ -106,15 +114,13 @@ class StoppedSaver(ColosseumSaver):
     points: Points
 
     def _at(self, point: str, call: Callable[[], Any]) -> Any:
-        first = self.points.enter(point)
+        nth = self.points.enter(point)
         try:
             result = call()
         except ThreadConflictError:
-            if first:
-                self.points.leave(point, "refused")
+            self.points.leave(point, nth, "refused")
             raise
-        if first:
-            self.points.leave(point, "stored")
+        self.points.leave(point, nth, "stored")
         return result
 
     def get_tuple(self, config: Any) -> Any:
@@ -142,15 +148,13 @@ class AsyncStoppedSaver(AsyncColosseumSaver):
     points: Points
 
     async def _at(self, point: str, call: Callable[[], Any]) -> Any:
-        first = await asyncio.to_thread(self.points.enter, point)
+        nth = await asyncio.to_thread(self.points.enter, point)
         try:
             result = await call()
         except ThreadConflictError:
-            if first:
-                self.points.leave(point, "refused")
+            self.points.leave(point, nth, "refused")
             raise
-        if first:
-            self.points.leave(point, "stored")
+        self.points.leave(point, nth, "stored")
         return result
 
     async def aget_tuple(self, config: Any) -> Any:
@@ -181,10 +185,13 @@ class AsyncStoppedSaver(AsyncColosseumSaver):
 class Race:
     """Two runs, A and B, on savers of their own, over one thread."""
 
-    def __init__(self, url: str, mode: str, kind: str) -> None:
+    def __init__(
+        self, url: str, mode: str, kind: str, build: Callable[[Any], Any] | None = None
+    ) -> None:
         self.url = url
         self.mode = mode
         self.kind = kind  # "sync" | "async"
+        self.build = build or _sync_graph  # saver -> the compiled graph both run
         self.thread_id = f"sub-{uuid.uuid4().hex[:8]}"
         self.config = {"configurable": {"thread_id": self.thread_id}}
         self.markers = {name: f"from-{name}-{uuid.uuid4().hex[:6]}" for name in "AB"}
@@ -238,14 +245,26 @@ async def _observe(graph: Any, config: dict, kind: str) -> dict:
     return seen
 
 
-async def _alone(prepare: Prepare | None, payload: Any, kind: str, thread_id: str) -> dict:
-    """The thread as InMemorySaver has it after the winner's run alone."""
+async def _alone(
+    prepare: Prepare | None,
+    payload: Any,
+    kind: str,
+    thread_id: str,
+    build: Callable[[Any], Any] = _sync_graph,
+    *more: Any,
+) -> dict:
+    """The thread as InMemorySaver has it after the winner's run alone (and
+    the runs of `more` payloads after it, one at a time)."""
     saver = InMemorySaver()
-    graph = _sync_graph(saver)
+    graph = build(saver)
     config = {"configurable": {"thread_id": thread_id}}
     if prepare is not None:
         await prepare(graph, config, kind)
-    await _invoke(graph, payload, config, kind)
+    for one in (payload, *more):
+        try:
+            await _invoke(graph, one, config, kind)
+        except Exception:  # a run that fails: the thread as it leaves it
+            pass
     return await _observe(graph, config, kind)
 
 
@@ -288,7 +307,7 @@ async def run_race(
     try:
         for saver in savers:
             saver.points = Points()  # nothing held while preparing
-        graphs = dict(zip("AB", (_sync_graph(saver) for saver in savers)))
+        graphs = dict(zip("AB", (race.build(saver) for saver in savers)))
         if prepare is not None:
             await prepare(graphs["A"], race.config, race.kind)
         for name, saver in zip("AB", savers):
@@ -414,10 +433,12 @@ async def assert_one_winner(
             and (t.metadata.get("parents") or {}).get("") not in roots
         ]
         assert orphans == [], "subgraph checkpoints under a root checkpoint never stored"
-        graph = _sync_graph(reader)
+        graph = race.build(reader)
         seen = await _observe(graph, race.config, race.kind)
         assert lost not in repr(seen)
-        expected = await _alone(prepare, payload(race.markers[won]), race.kind, race.thread_id)
+        expected = await _alone(
+            prepare, payload(race.markers[won]), race.kind, race.thread_id, race.build
+        )
         assert seen == expected
         assert repr(seen) == repr(expected)
         if race.mode == "redis":
