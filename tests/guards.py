@@ -827,6 +827,15 @@ GUARDS: list[Guard] = [
         ),
     ),
     Guard(
+        name="on_conflict: a run's subgraph tasks of one step are held together",
+        file="langgraph_colosseum/_core/sql.py",
+        original="                               THEN colosseum_writes.value || EXCLUDED.value\n",
+        mutant="                               THEN EXCLUDED.value\n",
+        tests=(
+            f"{ON_CONFLICT_IN_FLIGHT}::test_a_task_held_stays_held_when_another_subgraph_of_the_step_ends",
+        ),
+    ),
+    Guard(
         name="on_conflict: the run's own write of a held task closes it",
         file="langgraph_colosseum/_core/sql.py",
         original="                               THEN colosseum_writes.value - %(task_id)s::text\n",

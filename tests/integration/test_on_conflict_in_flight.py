@@ -23,6 +23,7 @@ sync and async, with and without Redis:
 
 from __future__ import annotations
 
+import asyncio
 import operator
 import threading
 from datetime import timedelta
@@ -203,6 +204,69 @@ async def test_a_takeover_mid_subgraph_no_longer_refuses_both(
         race, _prepare_interrupted, _resume, held, _takeover_after_subgraph_read, "sync"
     )
     await assert_one_winner(race, outcomes, opened, _prepare_interrupted, _resume, winner="A")
+
+
+def _two_subgraphs(saver: Any) -> Any:
+    """START -> a, b (two subgraphs at once: gather -> draft each) -> END."""
+
+    def inner(name: str) -> Any:
+        graph = StateGraph(Outer)
+        graph.add_node("gather", lambda state: {"notes": [f"{name} gathered {state['topic']}"]})
+        graph.add_node("draft", lambda state: {"notes": [f"{name} drafted"]})
+        graph.add_edge(START, "gather")
+        graph.add_edge("gather", "draft")
+        graph.add_edge("draft", END)
+        return graph.compile()
+
+    def node(name: str) -> Any:
+        subgraph = inner(name)  # invoked in the node: its checkpoints go under "<name>:<task id>"
+        return lambda state: {
+            "notes": subgraph.invoke({"topic": state["topic"], "notes": []})["notes"]
+        }
+
+    outer = StateGraph(Outer)
+    outer.add_node("a", node("a"))
+    outer.add_node("b", node("b"))
+    outer.add_edge(START, "a")
+    outer.add_edge(START, "b")
+    outer.add_edge("a", END)
+    outer.add_edge("b", END)
+    return outer.compile(checkpointer=saver)
+
+
+async def _prepare_two(graph: Any, config: dict, kind: str) -> None:
+    await subgraphs._invoke(graph, {"topic": "owls", "notes": []}, config, kind)
+
+
+def _one_of_two_subgraphs_done(a: Points, b: Points, ended: dict[str, threading.Event]) -> None:
+    """A's subgraph b stores its first checkpoint and waits; A's subgraph a
+    runs to its end and its result lands at the root; then B reads the
+    thread (A's claim, b still held) and sends its input; then A goes on."""
+    assert a.wait("put:sub-b") == "stored"
+    assert a.wait("writes:root#2") == "stored"
+    b.release("read:root")
+    _wait_ended(ended["B"])
+    a.release("put:sub-b#2")
+
+
+def test_a_task_held_stays_held_when_another_subgraph_of_the_step_ends(
+    mode: str, pg_url: str, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """Two subgraph tasks of one step hold the root checkpoint together: the
+    end of one releases only its own."""
+    monkeypatch.setattr(subgraphs, "POINT_NODES", True)
+    race = Race(pg_url, mode, "sync", _two_subgraphs)
+    held = {"A": ("put:sub-b#2",), "B": ("read:root",)}
+
+    async def both() -> None:
+        outcomes, opened = await run_race(
+            race, _prepare_two, subgraphs._new_input, held, _one_of_two_subgraphs_done, "sync"
+        )
+        await assert_one_winner(
+            race, outcomes, opened, _prepare_two, subgraphs._new_input, winner="A"
+        )
+
+    asyncio.run(both())
 
 
 # ------------------------------------------------------------ A stopped: B goes on
