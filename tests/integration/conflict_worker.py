@@ -19,8 +19,8 @@ Commands:
   outcome of its first put is printed: ``{"event": "first-put", "id": ...,
   "outcome": "stored" | "refused"}``.
   Prints ``{"event": "done", "id": ..., "outcome": "success" | <exception
-  class>, "operation": ..., "continued_from": ..., "head": ...}`` (the last
-  three from a ThreadConflictError).
+  class>, "operation": ..., "continued_from": ..., "head": ...,
+  "kept_checkpoint_id": ...}`` (the last four from a ThreadConflictError).
 * ``{"cmd": "open", "name": "read:<id>" | "writes:<id>" | "put:<id>"}``: let that run go on.
 
 The graphs are here, so the test builds the same ones to prepare a thread.
@@ -252,6 +252,7 @@ def run(saver: GatedSaver, command: dict) -> dict:
             "operation": exc.operation,
             "continued_from": exc.continued_from,
             "head": exc.head,
+            "kept_checkpoint_id": exc.kept_checkpoint_id,
         }
     except Exception as exc:
         outcome = type(exc).__name__

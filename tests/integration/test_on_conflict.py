@@ -190,6 +190,7 @@ def test_both_send_new_input_the_loser_is_refused_at_its_put(
         ), puts_first=True)  # fmt: skip
         winner, loser = one_winner(done)
         assert loser["operation"] == "put" and loser["continued_from"] == head
+        assert loser["kept_checkpoint_id"] is None  # refused at its first put: nothing kept
         won, lost = (markers[event["id"][0]] for event in (winner, loser))
         assert graph.get_state(thread.config).values["messages"] == [
             "m0", "m0:think", "m0:think:answer", won, f"{won}:think", f"{won}:think:answer",
@@ -218,6 +219,7 @@ def test_both_resume_the_same_interrupt_the_loser_is_refused_at_its_put_writes(
         ))  # fmt: skip
         winner, loser = one_winner(done)
         assert loser["operation"] == "put_writes" and loser["continued_from"] == head
+        assert loser["kept_checkpoint_id"] is None
         won, lost = (markers[event["id"][0]] for event in (winner, loser))
         state = graph.get_state(thread.config)
         assert state.values["messages"] == ["q", f"answer:{won}", f"answer:{won}:after"]
@@ -475,6 +477,22 @@ def test_the_error_names_thread_checkpoint_head_and_what_to_do() -> None:
     text = str(error)
     assert "'t1'" in text and "'c3'" in text and "'c4'" in text
     assert "Nothing of this write was stored" in text and "retry" in text
+    assert error.kept_checkpoint_id is None and "stay in the thread" not in text
+
+
+@pytest.mark.parametrize("held", [False, True])
+def test_the_error_says_what_of_the_run_stays_and_not_to_send_it_again(held: bool) -> None:
+    """A run refused after it stored a root checkpoint: that one, and its
+    input with it, stay in the thread (another run continued from them)."""
+    error = ThreadConflictError(
+        thread_id="t1", checkpoint_ns="", continued_from="c3", head="c4",
+        operation="put_writes", held=held, kept_checkpoint_id="c3",
+    )  # fmt: skip
+    text = str(error)
+    assert error.kept_checkpoint_id == "c3"
+    assert "input and steps up to checkpoint 'c3' stay in the thread" in text
+    assert "do not send the same input again" in text
+    assert "retry" not in text.lower()
 
 
 # ------------------------------------------------ the async saver, the same race

@@ -417,6 +417,7 @@ def test_a_run_that_died_mid_subgraph_holds_its_checkpoint_until_update_state(
         with pytest.raises(ThreadConflictError) as refused:
             graph.invoke(_resume(race.markers["B"]), race.config)
         assert refused.value.held and "under way" in str(refused.value)
+        assert refused.value.kept_checkpoint_id is None  # refused at its first write
         assert repr(race.thread_id) in str(refused.value)
         assert set(_postgres_mentions(race, race.markers["B"]).values()) == {0}
         assert _redis_mentions(race, b_saver, race.markers["B"]) == []

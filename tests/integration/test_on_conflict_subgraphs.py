@@ -202,6 +202,7 @@ class Race:
         self.thread_id = f"sub-{uuid.uuid4().hex[:8]}"
         self.config = {"configurable": {"thread_id": self.thread_id}}
         self.markers = {name: f"from-{name}-{uuid.uuid4().hex[:6]}" for name in "AB"}
+        self.refusals: dict[str, ThreadConflictError] = {}  # what a refused run's caller got
 
     def saver(self) -> Any:
         cls = StoppedSaver if self.kind == "sync" else AsyncStoppedSaver
@@ -327,8 +328,9 @@ async def run_race(
                     durability=durability,
                 )  # fmt: skip
                 outcomes[name] = "success"
-            except ThreadConflictError:
+            except ThreadConflictError as exc:
                 outcomes[name] = "ThreadConflictError"
+                race.refusals[name] = exc
             except Exception as exc:  # reported, not hidden: the test fails on it
                 outcomes[name] = repr(exc)
             finally:
@@ -423,7 +425,10 @@ async def assert_one_winner(
         won = next(name for name, outcome in outcomes.items() if outcome == "success")
         if winner is not None:
             assert won == winner, outcomes
-        lost = race.markers["B" if won == "A" else "A"]
+        loser = "B" if won == "A" else "A"
+        lost = race.markers[loser]
+        # nothing of the loser stayed: its caller is told it may send its input again
+        assert race.refusals[loser].kept_checkpoint_id is None
         reader = savers[0]
         # Redis first: a read below refills it from Postgres
         assert _redis_mentions(race, reader, lost) == []
