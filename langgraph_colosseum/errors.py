@@ -360,7 +360,23 @@ class ThreadConflictError(ColosseumError):
     head past it (`head`). Postgres refused the write in the statement that
     would have stored it: nothing of this write, nor of this run's writes
     after it, was stored. The other run's steps stay on the head's branch.
-    Read the thread again (its latest state) and retry on it.
+
+    What this run stored before the refusal stays, but for what hangs from
+    a checkpoint of it never stored: `kept_checkpoint_id` is the newest root
+    checkpoint holding something of it (its input checkpoint or a later
+    step's; or, when it put none, the checkpoint it read, where its resume
+    value or a task's output landed), None when nothing of it was stored.
+    None: read the thread again (its latest state) and retry on it. An id:
+    the head went on from that checkpoint, so the thread's state may hold
+    this run's input already, and sent again it would be there twice; or it
+    may not (new input sent from a checkpoint drops its pending tasks, with
+    the input still waiting for them in `__start__`). Read the state before
+    sending the input again.
+
+    >>> exc = ThreadConflictError(thread_id="t1", checkpoint_ns="", continued_from="c1",
+    ...                           head="c3", operation="put_writes", kept_checkpoint_id="c1")
+    >>> "up to checkpoint 'c1' stay in the thread" in str(exc)
+    True
     """
 
     def __init__(
@@ -372,6 +388,7 @@ class ThreadConflictError(ColosseumError):
         head: str | None,
         operation: str,
         held: bool = False,
+        kept_checkpoint_id: str | None = None,
     ) -> None:
         self.thread_id = thread_id
         self.checkpoint_ns = checkpoint_ns
@@ -381,31 +398,43 @@ class ThreadConflictError(ColosseumError):
         # another run's subgraph step under that checkpoint was under way (or
         # that run stopped without saying so): README, "on_conflict_hold"
         self.held = held
+        self.kept_checkpoint_id = kept_checkpoint_id
         ns = f", namespace {checkpoint_ns!r}" if checkpoint_ns else ""
         start = (
             f"checkpoint {continued_from!r}" if continued_from else "no checkpoint (a new thread)"
         )
         if held:
-            super().__init__(
+            refused = (
                 f"refused {operation} on thread {thread_id!r}{ns}: this run continued from "
                 f"{start}, where another run's subgraph step is under way (or that run "
                 "stopped without saying so: it died, or stopped at a static breakpoint inside "
-                "the subgraph). Nothing of this write was stored. Retry once that run has "
-                "ended, or after on_conflict_hold from its last write; update_state on the "
-                "thread moves the head past it now."
+                "the subgraph). Nothing of this write was stored."
             )
-            return
-        now = (
-            f"the head is now {head!r}"
-            if head and head != continued_from
-            else "another run has written to that checkpoint"
-        )
-        super().__init__(
-            f"refused {operation} on thread {thread_id!r}{ns}: this run continued from "
-            f"{start}, but another run continued from it first "
-            f"({now}). Nothing of this write was stored. Read the thread's latest state "
-            "again and retry on it."
-        )
+            retry = (
+                "Retry once that run has ended, or after on_conflict_hold from its last write; "
+                "update_state on the thread moves the head past it now."
+            )
+        else:
+            now = (
+                f"the head is now {head!r}"
+                if head and head != continued_from
+                else "another run has written to that checkpoint"
+            )
+            refused = (
+                f"refused {operation} on thread {thread_id!r}{ns}: this run continued from "
+                f"{start}, but another run continued from it first ({now}). Nothing of this "
+                "write was stored."
+            )
+            retry = "Read the thread's latest state again and retry on it."
+        if kept_checkpoint_id is not None:
+            retry = (
+                f"This run's input and steps up to checkpoint {kept_checkpoint_id!r} stay in "
+                "the thread: another run (or an update_state) continued from them. Read the "
+                "thread's latest state"
+                f"{' once that run has ended' if held else ''}: it may hold this input "
+                "already; do not send the same input again without checking."
+            )
+        super().__init__(f"{refused} {retry}")
 
 
 class RunInterruptedError(ColosseumError):

@@ -49,6 +49,7 @@ STATE_VERSIONS_REVIEW = "tests/integration/test_state_versions_review.py"
 ON_CONFLICT = "tests/integration/test_on_conflict.py"
 ON_CONFLICT_SUBGRAPHS = "tests/integration/test_on_conflict_subgraphs.py"
 ON_CONFLICT_IN_FLIGHT = "tests/integration/test_on_conflict_in_flight.py"
+ON_CONFLICT_ROOT_STEP = "tests/integration/test_on_conflict_root_step.py"
 LEDGER_LIFE = "tests/integration/test_ledger_lifecycle.py"
 LATE_HEADS = "tests/integration/test_late_heads.py"
 LOST_REPLIES = "tests/integration/test_lost_replies.py"
@@ -896,6 +897,33 @@ GUARDS: list[Guard] = [
         mutant="          AND false\n",
         tests=(
             f"{ON_CONFLICT_SUBGRAPHS}::test_a_burial_keeps_what_another_run_wrote_to_or_continued",
+        ),
+    ),
+    Guard(
+        name="on_conflict: a refused run's caller is told of the root checkpoints it stored",
+        file="langgraph_colosseum/_core/runs.py",
+        original="            if thread_id in self.newest_root:\n",
+        mutant="            if False:\n",
+        tests=(
+            f"{ON_CONFLICT_ROOT_STEP}::test_a_run_reading_mid_root_step_keeps_what_the_other_stored_and_says_so",
+        ),
+    ),
+    Guard(
+        name="on_conflict: a refused run's caller is told of what it left on the checkpoint it read",
+        file="langgraph_colosseum/_core/runs.py",
+        original="            if thread_id in self.landed_on_read:\n",
+        mutant="            if False:\n",
+        tests=(f"{ON_CONFLICT_IN_FLIGHT}::test_a_run_quiet_past_the_hold_is_taken_over",),
+    ),
+    Guard(
+        name="on_conflict: a refused run's subgraph steps under its unstored root are not kept",
+        file="langgraph_colosseum/_core/runs.py",
+        original=(
+            "        if read is not None and under is not None and under == read.checkpoint_id:\n"
+        ),
+        mutant="        if read is not None:\n",
+        tests=(
+            f"{ON_CONFLICT_SUBGRAPHS}::test_subgraph_steps_buried_with_an_unstored_input_are_not_kept",
         ),
     ),
     Guard(

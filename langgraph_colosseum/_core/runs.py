@@ -27,8 +27,10 @@ one per run, and its subgraphs share it). So, per run, this process keeps:
 
 * with `on_conflict="raise"` (see sql._OPTIMISTIC): the run's token (`writer`,
   the claim its writes leave), how its first read of each (thread, namespace)
-  asked (the latest checkpoint, or one it named) and what it found, and the
-  conflict that refused it (`refusal`: its later writes raise it again).
+  asked (the latest checkpoint, or one it named) and what it found, the
+  conflict that refused it (`refusal`: its later writes raise it again), and
+  what of it a refusal leaves in the thread (`kept_root`, which its caller is
+  told: ThreadConflictError.kept_checkpoint_id).
 
 Only the newest `RUNS_KEPT` runs are remembered; a run forgotten here is still
 refused by Postgres for every write that names a deleted checkpoint, and for
@@ -103,6 +105,10 @@ class RunWrites:
         # order: every root checkpoint before it was stored too)
         self.nested: set[tuple[CheckpointKey, str]] = set()
         self.newest_root: dict[str, str] = {}
+        # the threads where something of this run (a write, a subgraph's
+        # checkpoint) landed on or under the root checkpoint its first read
+        # returned: a resume value, a task's output (see kept_root)
+        self.landed_on_read: set[str] = set()
 
     def note_seen(self, thread_id: str, deleted: str | None) -> None:
         """A read of the thread returned its deletion stamp `deleted`; only the
@@ -162,6 +168,7 @@ class RunWrites:
             self.stored.append(key)
             self.pending.discard(key)
             thread_id, checkpoint_ns, checkpoint_id = key
+            self._landed(key, root)
             if not checkpoint_ns:
                 if checkpoint_id > self.newest_root.get(thread_id, ""):
                     self.newest_root[thread_id] = checkpoint_id
@@ -172,10 +179,35 @@ class RunWrites:
             elif root is not None and root > self.newest_root.get(thread_id, ""):
                 self.nested.add((key, root))
 
-    def writes_stored(self, key: CheckpointKey) -> None:
+    def writes_stored(self, key: CheckpointKey, root: str | None = None) -> None:
+        """`root`: of a subgraph's writes, the root checkpoint they hang from."""
         with self._lock:
             if key not in self.stored:
                 self.pending.add(key)
+            self._landed(key, root)
+
+    def _landed(self, key: CheckpointKey, root: str | None) -> None:
+        """Something of the run landed on `key` (under `root`, in a subgraph);
+        the lock is held."""
+        thread_id, checkpoint_ns, checkpoint_id = key
+        read = self.reads.get((thread_id, ""))
+        under = root if checkpoint_ns else checkpoint_id
+        if read is not None and under is not None and under == read.checkpoint_id:
+            self.landed_on_read.add(thread_id)
+
+    def kept_root(self, thread_id: str) -> str | None:
+        """The newest root checkpoint of the thread holding something this run
+        stored, which a refusal leaves in place (it deletes only what hangs
+        from root checkpoints the run never stored): the newest one it put
+        (its root puts land in order, each continuing the one before, so all
+        are there), else the one its first read returned when something of
+        it landed there; None when nothing of it was stored."""
+        with self._lock:
+            if thread_id in self.newest_root:
+                return self.newest_root[thread_id]
+            if thread_id in self.landed_on_read:
+                return self.reads[(thread_id, "")].checkpoint_id
+            return None
 
     def take_nested(self) -> list[tuple[CheckpointKey, str]]:
         with self._lock:

@@ -915,8 +915,11 @@ class CheckpointStore:
 
         # Raised again (a fresh one each time) by the run's later writes: the
         # first refusal may be in a background future the caller never sees.
+        # What of the run stays is asked each time: a write of it in flight
+        # may land meanwhile.
         def refusal() -> ThreadConflictError:
-            return ThreadConflictError(**details, operation=operation)
+            kept = run.kept_root(params["thread_id"]) if run is not None else None
+            return ThreadConflictError(**details, operation=operation, kept_checkpoint_id=kept)
 
         if run is not None:
             # several of its writes may be refused at once: the first one says where
@@ -1222,6 +1225,8 @@ class CheckpointStore:
                 for (idx, (channel, _)), row in zip(by_idx.items(), stored)
             ]
         owner, token = fence_of(thread_id)
+        # A subgraph's writes name the checkpoints of the enclosing namespaces.
+        checkpoint_map = (config.get("configurable") or {}).get("checkpoint_map")
         params = {
             "thread_id": thread_id,
             "checkpoint_ns": checkpoint_ns,
@@ -1238,11 +1243,7 @@ class CheckpointStore:
             # the state version of the code writing (a versioned saver's; None
             # otherwise): read back, a write is migrated from it (see versions.py)
             "state_version": None if self.versions is None else self.versions.version,
-            # A subgraph's writes name the checkpoints of the enclosing namespaces.
-            **lineage_params(
-                [(checkpoint_ns, checkpoint_id)],
-                (config.get("configurable") or {}).get("checkpoint_map"),
-            ),
+            **lineage_params([(checkpoint_ns, checkpoint_id)], checkpoint_map),
             "status": _status_of_writes(checkpoint_ns, [channel for channel, _ in writes]),
             **columns(stored),
         }
@@ -1261,7 +1262,10 @@ class CheckpointStore:
         self._refuse(params, fenced, deleted, "put_writes")
         yield from self._conflict(run, params, conflict, checkpoint_id, "put_writes")
         if run is not None:
-            run.writes_stored((thread_id, checkpoint_ns, checkpoint_id))
+            # a subgraph's writes hang from the root checkpoint (what of a
+            # refused run stays: runs.RunWrites.kept_root)
+            root = checkpoint_map.get("") if isinstance(checkpoint_map, Mapping) else None
+            run.writes_stored((thread_id, checkpoint_ns, checkpoint_id), root)
         if self.hot is not None:
             yield from self._check_incarnation(incarnation, asked_at)
             slots = [

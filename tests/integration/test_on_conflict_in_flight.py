@@ -353,14 +353,15 @@ async def test_after_an_error_in_the_subgraph_the_next_resume_goes_on(
 
 
 def _in_thread(
-    graph: Any, payload: Any, config: dict, outcome: dict, name: str
+    graph: Any, payload: Any, config: dict, outcome: dict, name: str, refusals: dict
 ) -> threading.Thread:
     def run() -> None:
         try:
             graph.invoke(payload, config)
             outcome[name] = "success"
-        except ThreadConflictError:
+        except ThreadConflictError as exc:
             outcome[name] = "ThreadConflictError"
+            refusals[name] = exc
         except Exception as exc:  # reported, not hidden: the test fails on it
             outcome[name] = repr(exc)
 
@@ -407,10 +408,12 @@ def test_a_run_that_died_mid_subgraph_holds_its_checkpoint_until_update_state(
         for saver in (a_saver, b_saver):
             saver.points = Points()
         _sync_graph(a_saver).invoke({"topic": "owls", "notes": []}, race.config)
+        resumed = a_saver.get_tuple(race.config).checkpoint["id"]
         a_saver.points = Points("put:sub")
         outcome: dict[str, str] = {}
+        refusals: dict[str, ThreadConflictError] = {}
         a_run = _in_thread(
-            _sync_graph(a_saver), _resume(race.markers["A"]), race.config, outcome, "A"
+            _sync_graph(a_saver), _resume(race.markers["A"]), race.config, outcome, "A", refusals
         )
         assert a_saver.points.wait("writes:sub") == "stored"
         graph = _sync_graph(b_saver)
@@ -429,6 +432,9 @@ def test_a_run_that_died_mid_subgraph_holds_its_checkpoint_until_update_state(
         state = graph.get_state(race.config)
         assert "taken over" in state.values["notes"] and not state.next
         assert race.markers["A"] not in repr(state.values)
+        # A's resume value and subgraph steps stay on the checkpoint it
+        # resumed, which the update went on from (not with them, here)
+        assert refusals["A"].kept_checkpoint_id == resumed
 
 
 def test_a_static_breakpoint_in_a_subgraph_holds_until_the_hold_ends(
@@ -477,10 +483,12 @@ def test_a_run_quiet_past_the_hold_is_taken_over(mode: str, pg_url: str) -> None
         for saver in (a_saver, b_saver):
             saver.points = Points()
         _sync_graph(a_saver).invoke({"topic": "owls", "notes": []}, race.config)
+        resumed = a_saver.get_tuple(race.config).checkpoint["id"]
         a_saver.points = Points("put:sub")
         outcome: dict[str, str] = {}
+        refusals: dict[str, ThreadConflictError] = {}
         a_run = _in_thread(
-            _sync_graph(a_saver), _resume(race.markers["A"]), race.config, outcome, "A"
+            _sync_graph(a_saver), _resume(race.markers["A"]), race.config, outcome, "A", refusals
         )
         assert a_saver.points.wait("writes:sub") == "stored"
         assert _age_holds(race, hold + timedelta(seconds=1)) == 1
@@ -491,6 +499,8 @@ def test_a_run_quiet_past_the_hold_is_taken_over(mode: str, pg_url: str) -> None
         assert outcome == {"A": "ThreadConflictError"}
         notes = graph.get_state(race.config).values["notes"]
         assert f"review: {race.markers['A']}" in repr(notes)
+        # and A's caller is told that what it stored there stays
+        assert refusals["A"].kept_checkpoint_id == resumed
 
 
 def test_the_hold_is_checked() -> None:

@@ -661,6 +661,43 @@ def test_a_root_checkpoint_put_meanwhile_refuses_a_subgraph_write(mode: str, pg_
         assert race.markers["B"] not in repr(list(saver.list(race.config)))
 
 
+def test_subgraph_steps_buried_with_an_unstored_input_are_not_kept(mode: str, pg_url: str) -> None:
+    """durability="async": B's subgraph checkpoints land under its input
+    checkpoint, whose put waits; an update_state (not checked) then moves the
+    head, and B's input put is refused. What B stored hangs from a root
+    checkpoint never stored, so it goes: nothing of B stays, and its caller
+    is told so (kept_checkpoint_id None, not the checkpoint B read)."""
+    race = Race(pg_url, mode, "sync")
+    with (
+        race.saver() as saver,
+        ColosseumSaver.from_conn_string(pg_url, **cache_options(mode)) as plain,
+    ):
+        saver.points = Points()
+        graph = _sync_graph(saver)
+        asyncio.run(_prepare_history(graph, race.config, "sync"))
+        saver.points = Points("writes:root*", "put:root")
+        refusals: dict[str, ThreadConflictError] = {}
+
+        def send() -> None:
+            try:
+                graph.invoke(_new_input(race.markers["B"]), race.config, durability="async")
+            except ThreadConflictError as exc:
+                refusals["B"] = exc
+
+        run = threading.Thread(target=send, daemon=True)
+        run.start()
+        assert saver.points.wait("put:sub") == "stored"
+        _sync_graph(plain).update_state(race.config, {"notes": ["meanwhile"]})
+        saver.points.release("writes:root*")
+        saver.points.release("put:root")
+        run.join(WAIT)
+        saver.points = Points()
+        assert refusals["B"].kept_checkpoint_id is None
+        assert set(_postgres_mentions(race, race.markers["B"]).values()) == {0}
+        assert _redis_mentions(race, saver, race.markers["B"]) == []
+        assert race.markers["B"] not in repr(list(saver.list(race.config)))
+
+
 def test_a_burial_keeps_what_another_run_wrote_to_or_continued(pg_url: str) -> None:
     """The burial of a refused run's subgraph checkpoints deletes only
     checkpoints whose root checkpoint is absent, that no other run wrote to
