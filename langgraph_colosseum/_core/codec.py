@@ -125,6 +125,9 @@ class TypeRegistry:
     def __init__(self, classes: Iterable[type] = ()) -> None:
         self._by_name: dict[str, type] = {}
         self._names: dict[type, str] = {}
+        # Each class's kind (`_kind_of_class`), decided once: asking pydantic
+        # with issubclass per value went through Python-level ABC checks.
+        self._kinds: dict[type, str] = {}
         for cls in classes:
             self.register(cls)
 
@@ -150,13 +153,15 @@ class TypeRegistry:
 
         Returns the class, so it can be used as a decorator.
         """
-        if not _kind_of_class(cls):
+        kind = _kind_of_class(cls)
+        if not kind:
             raise TypeError(
                 f"{class_name(cls)} is not a pydantic model, dataclass, Enum or "
                 "NamedTuple; the codec cannot store it as jsonb (serde will)."
             )
         self._by_name[class_name(cls)] = cls
         self._names[cls] = class_name(cls)
+        self._kinds[cls] = kind
         return cls
 
     def classes(self) -> list[type]:
@@ -167,6 +172,15 @@ class TypeRegistry:
 
     def name_of(self, cls: type) -> str | None:
         return self._names.get(cls)
+
+    def kind_of(self, cls: type) -> str | None:
+        """The kind of a registered class: "model", "dataclass", "enum", ..."""
+        kind = self._kinds.get(cls)
+        if kind is None:  # registered some other way than `register`
+            kind = _kind_of_class(cls)
+            if kind is not None:
+                self._kinds[cls] = kind
+        return kind
 
     def lookup(self, name: Any) -> type:
         cls = self._by_name.get(name) if isinstance(name, str) else None
@@ -286,10 +300,6 @@ def _encode_datetime(value: dt.datetime) -> Any:
     }
 
 
-def _is_plain_key(key: Any) -> bool:
-    return type(key) is str and key != TAG and _encode_str(key) is key
-
-
 def is_object_key(key: Any) -> bool:
     """Whether `key` can be a jsonb object key as it is (no NUL, no lone surrogate)."""
     return type(key) is str and _encode_str(key) is key
@@ -327,8 +337,23 @@ def in_jsonb_order(keys: Iterable[str]) -> bool:
     return True
 
 
+def _plain_keys(value: dict) -> bool:
+    """Whether every key is a str other than TAG that jsonb holds as it is
+    (`is_object_key`), the common case (ASCII, no NUL) decided inline: a call
+    per key was most of the cost of a small dict's encoding (a checkpoint's
+    `versions_seen` is a dict of such dicts)."""
+    for key in value:
+        if type(key) is not str or key == TAG:
+            return False
+        if not (key.isascii() and "\x00" not in key) and _encode_str(key) is not key:
+            return False
+    return True
+
+
 def _encode_dict(value: dict, registry: TypeRegistry) -> Any:
-    if all(_is_plain_key(k) for k in value):
+    if not value:
+        return {}
+    if _plain_keys(value):
         out = _encode_fields(value, registry)
         if registry.keep_order and not in_jsonb_order(value):
             out[TAG] = list(value)
@@ -345,13 +370,14 @@ def _encode_dict(value: dict, registry: TypeRegistry) -> Any:
 def _encode_object(value: Any, registry: TypeRegistry) -> Any:
     cls = type(value)
     name = registry.name_of(cls)
-    kind = _kind_of_class(cls)
     if name is None:
+        kind = _kind_of_class(cls)
         raise _PathError(
             UnregisteredClass if kind not in (None, "send") else UnsupportedValueError,
             f"the typed codec cannot store a {class_name(cls)} (not registered)",
             **({"cls": cls} if kind not in (None, "send") else {}),
         )
+    kind = registry.kind_of(cls)
     if kind == "model":
         out: dict[str, Any] = {
             TAG: "model",
@@ -509,7 +535,7 @@ def _decode_dict(data: dict, registry: TypeRegistry) -> dict:
 
 def _revive_class(data: dict, registry: TypeRegistry, kind: str) -> type:
     cls = registry.lookup(data.get("cls"))
-    if _kind_of_class(cls) != kind:
+    if registry.kind_of(cls) != kind:
         raise _PathError(CodecError, f"{data.get('cls')!r} is not a {kind}")
     return cls
 

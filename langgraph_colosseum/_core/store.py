@@ -1965,13 +1965,10 @@ class CheckpointStore:
                 )
         keys = [k for k in checkpoint if k != "channel_values"]
         plain = all(type(k) is str and is_object_key(k) for k in keys)
-        rest = {
-            k: checkpoint[k]
-            # In jsonb's own order, the codec records no order of these keys:
-            # the checkpoint's key order below restores them all.
-            for k in (sorted(keys, key=_jsonb_key) if plain else keys)
-            if k != "channel_versions"
-        }
+        # In jsonb's own order, the codec records no order of these keys:
+        # the checkpoint's key order below restores them all.
+        stored_order = sorted(keys, key=_jsonb_key) if plain else keys
+        rest = {k: checkpoint[k] for k in stored_order if k != "channel_versions"}
         document = self._encoded(rest, where)
         # The checkpoint's own keys named as the document's (a user's
         # "$key_order"): moved into the recorded key order, then in its
@@ -1981,7 +1978,7 @@ class CheckpointStore:
         # Key order, recorded only where reading back would not restore it: the
         # checkpoint's own keys (channel_values always comes last on the way
         # back, as from InMemorySaver) and the channels (channel_values' order).
-        restored = _checkpoint_key_order(sorted(keys, key=_jsonb_key) if plain else keys)
+        restored = _checkpoint_key_order(stored_order)
         if keys != restored or own:
             # LangGraph's usual orders by their number, not their ~90 bytes of names.
             known = _KNOWN_KEY_ORDERS.get(tuple(keys))
