@@ -45,6 +45,7 @@ import asyncio
 import os
 import random
 import re
+import shutil
 import subprocess
 import sys
 import tempfile
@@ -183,6 +184,8 @@ def main() -> None:
     if args.micro_child:
         _micro_child(args.micro_child[0], int(args.micro_child[1]))
         return
+    if shutil.which("valgrind") is None:
+        sys.exit("benchmarks.instructions counts under valgrind: apt-get install valgrind")
     if args.micro:
         micro()
         return
