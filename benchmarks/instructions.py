@@ -24,7 +24,8 @@ figures of one run, or use `--micro`.
 
 `--micro` counts, instead, single functions of the client's hot path, with no
 I/O at all, and these counts repeat exactly: `fresh_copy` of 600 messages (a
-Redis or cached read hands each caller its own copy), the typed codec's
+Redis or cached read hands each caller its own copy), a put's change
+detection of those 600 messages grown by one (`shapes.diff`), the typed codec's
 encoding and decoding of those 600 messages, and one conc-32 checkpoint
 document written and read. Each is run 0 and N times in a child under
 valgrind; the difference per call is printed.
@@ -52,9 +53,10 @@ import tempfile
 import uuid
 
 NAMES = ("memory", "ref", "ours", "ours+redis")
-MICRO = ("fresh_copy", "encode", "decode", "document", "load_document")
+MICRO = ("fresh_copy", "diff", "encode", "decode", "document", "load_document")
 MICRO_CALLS = {
     "fresh_copy": 20,
+    "diff": 20,
     "encode": 10,
     "decode": 10,
     "document": 2000,
@@ -100,6 +102,7 @@ def _micro_child(name: str, calls: int) -> None:
     from langchain_core.messages import AIMessage, HumanMessage
     from langgraph.checkpoint.serde.jsonplus import JsonPlusSerializer
 
+    from langgraph_colosseum._core import shapes
     from langgraph_colosseum._core.codec import default_registry
     from langgraph_colosseum._core.store import CheckpointStore
     from langgraph_colosseum._core.values import ValueCodec, Where, fresh_copy
@@ -126,11 +129,15 @@ def _micro_child(name: str, calls: int) -> None:
         },
         "updated_channels": ["messages"], "channel_values": {},
     }  # fmt: skip
+    # a put's change detection: the list grown by one message, against its base
+    base = shapes.Base("v1", fresh_copy(messages), 1, 0, 0)
+    grown = [*messages, AIMessage("z" * 50, id="new")]
     store = CheckpointStore(ValueCodec(JsonPlusSerializer(), registry))
     where = Where("t", "", checkpoint["id"], "<checkpoint>")
     document = store._checkpoint_document(checkpoint, where)
     run = {
         "fresh_copy": lambda: fresh_copy(messages),
+        "diff": lambda: shapes.diff(grown, base, 100),
         "encode": lambda: registry.encode(messages),
         "decode": lambda: registry.decode(orjson.loads(encoded)),
         "document": lambda: store._checkpoint_document(checkpoint, where),

@@ -661,16 +661,30 @@ def _copy_item(v: Any) -> Any:
 
 
 def _copy_list(value: list) -> list:
-    return [v if type(v) in _IMMUTABLE else _copy_item(v) for v in value]
+    # A message list: each item's copier is found here, not by two calls down.
+    copy = []
+    append = copy.append
+    for v in value:
+        t = type(v)
+        if t in _IMMUTABLE:
+            append(v)
+        elif (t is dict or t is list) and not v:
+            append(t())
+        else:
+            append((_COPIERS.get(t) or _copier_of(t))(v))
+    return copy
 
 
 def _copy_dict(value: dict) -> dict:
     # dict.copy() keeps the order at C speed; only the mutable values are
-    # replaced (assigning to existing keys while iterating is allowed).
+    # replaced (assigning to existing keys while iterating is allowed), the
+    # empty containers most of a message's fields hold without a call each.
     copy = value.copy()
     for k, v in copy.items():
-        if type(v) not in _IMMUTABLE:
-            copy[k] = _copy_item(v)
+        t = type(v)
+        if t in _IMMUTABLE:
+            continue
+        copy[k] = t() if (t is dict or t is list) and not v else fresh_copy(v)
     return copy
 
 
@@ -691,7 +705,7 @@ def _copy_model(value: Any) -> Any:
     extra = value.__pydantic_extra__
     _set_attribute(copy, "__dict__", _copy_dict(value.__dict__))
     _set_attribute(copy, "__pydantic_fields_set__", set(value.__pydantic_fields_set__))
-    _set_attribute(copy, "__pydantic_extra__", None if extra is None else fresh_copy(extra))
+    _set_attribute(copy, "__pydantic_extra__", None if extra is None else _copy_item(extra))
     _set_attribute(copy, "__pydantic_private__", None)
     return copy
 
