@@ -296,7 +296,10 @@ def _lost_claim(request: Request) -> list:
 # It carries the deletion stamp its run's first read saw (ledger.CLAIM), so no
 # claim is recorded once its thread was deleted since; one recorded before the
 # deletion is deleted with the thread's rows (or handed to a surviving thread
-# of its lineage, see sql.REHOME_TOOL_CALLS), so none outlives its thread.
+# of its lineage, see sql.REHOME_TOOL_CALLS), so none outlives its thread. A
+# claim records its run and its call site (CallSite): delete_for_runs deletes
+# it with the run, unless a checkpoint that stays holds the call
+# (sql.DELETE_RUNS_TOOL_CALLS).
 
 
 def _run_of(ledger: ColosseumSaverBase, request: ToolCallRequest) -> RunWrites | None:

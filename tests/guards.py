@@ -51,6 +51,7 @@ ON_CONFLICT_SUBGRAPHS = "tests/integration/test_on_conflict_subgraphs.py"
 ON_CONFLICT_IN_FLIGHT = "tests/integration/test_on_conflict_in_flight.py"
 ON_CONFLICT_ROOT_STEP = "tests/integration/test_on_conflict_root_step.py"
 LEDGER_LIFE = "tests/integration/test_ledger_lifecycle.py"
+LEDGER_ROLLBACK = "tests/integration/test_ledger_rollback.py"
 LATE_HEADS = "tests/integration/test_late_heads.py"
 LOST_REPLIES = "tests/integration/test_lost_replies.py"
 RETENTION = "tests/integration/test_retention.py"
@@ -649,6 +650,47 @@ GUARDS: list[Guard] = [
         ),
     ),
     Guard(
+        name="delete_for_runs: the threads of a run's tool calls are its threads (ledger)",
+        file="langgraph_colosseum/_core/sql.py",
+        original=(
+            "UNION\nSELECT thread_id FROM colosseum_tool_calls "
+            "WHERE run_id = ANY(%(run_ids)b::text[])\n"
+        ),
+        mutant="",
+        tests=(
+            f"{LEDGER_ROLLBACK}::test_a_tool_still_running_at_the_rollback_stores_nothing"
+            "_when_it_finishes[exit]",
+        ),
+    ),
+    Guard(
+        name="delete_for_runs: a tool call a later checkpoint still holds stays (ledger)",
+        file="langgraph_colosseum/_core/sql.py",
+        original="WHERE k.checkpoint_id IS NOT NULL OR held.kept IS NOT NULL",
+        mutant="WHERE k.checkpoint_id IS NOT NULL",
+        tests=(
+            f"{LEDGER_ROLLBACK}::test_a_copy_made_mid_run_keeps_the_tool_call_it_still_shows"
+            "[copy-went-on]",
+            f"{LEDGER_ROLLBACK}::test_delete_for_runs_keeps_a_call_a_later_run_still_shows",
+        ),
+    ),
+    Guard(
+        name="delete_for_runs: a tool call made on a checkpoint that stays stays (ledger)",
+        file="langgraph_colosseum/_core/sql.py",
+        original="WHERE k.checkpoint_id IS NOT NULL OR held.kept IS NOT NULL",
+        mutant="WHERE held.kept IS NOT NULL",
+        tests=(
+            f"{LEDGER_ROLLBACK}::test_a_rollback_of_a_run_that_resumed_a_pending_call_keeps"
+            "_its_record",
+        ),
+    ),
+    Guard(
+        name="delete_for_runs: a kept tool call's site moves to a checkpoint that stays (ledger)",
+        file="langgraph_colosseum/_core/sql.py",
+        original="UPDATE colosseum_tool_calls c SET thread_id = d.heir, call_checkpoint_id = d.site",
+        mutant="UPDATE colosseum_tool_calls c SET thread_id = d.heir",
+        tests=(f"{LEDGER_ROLLBACK}::test_delete_for_runs_keeps_a_call_a_later_run_still_shows",),
+    ),
+    Guard(
         name="put_writes: a write of a deleted run is refused",
         file="langgraph_colosseum/_core/sql.py",
         original="{_DELETED.format(more=_DELETED_RUN)}\n{_FENCED}\nrefused AS (\n    SELECT 1 FROM deleted",
@@ -986,7 +1028,7 @@ GUARDS: list[Guard] = [
     Guard(
         name="tool ledger: a source not recorded in the lineage is still an heir",
         file="langgraph_colosseum/_core/sql.py",
-        original="        WHERE t.thread_id = own.lineage\n",
+        original="        WHERE t.thread_id = {lineage}\n",
         mutant="        WHERE false\n",
         tests=(
             f"{LEDGER_LIFE}"

@@ -70,7 +70,9 @@ OnFailed = Literal["raise", "retry"]
 # its thread was deleted since its run first read it (sql.THREAD_DELETED), or
 # when its run was deleted. The claim is sent after the thread's write lock (see
 # sql.WRITE_LOCK, `claim_request`), so a deletion in flight is waited for and
-# then seen.
+# then seen. A claim recorded before its run was deleted goes with the run
+# (sql.DELETE_RUNS_TOOL_CALLS, by the run and the call site each row records),
+# and its late COMPLETE (an UPDATE, never an insert) then finds no row.
 # A claim is retried on a fresh connection when the old one broke (_driver.py),
 # possibly after it committed: its owner is unique to this call, so a row that
 # is RUNNING under it is its own earlier success (OWN_CLAIM), taken again under
@@ -91,16 +93,21 @@ WITH deleted AS (
 claim AS (
     INSERT INTO colosseum_tool_calls AS t
         (thread_id, idempotency_key, checkpoint_ns, task_id, tool_name, tool_call_id, input,
-         status, attempts, lease_owner, lease_until, started_at)
+         status, attempts, lease_owner, lease_until, started_at,
+         run_id, call_ns, call_checkpoint_id)
     SELECT %(thread_id)s, %(key)s, %(checkpoint_ns)s, %(task_id)s, %(tool_name)s,
            %(tool_call_id)s, %(input)s::jsonb, 'RUNNING', 1, %(owner)s,
-           now() + make_interval(secs => %(lease)s), now()
+           now() + make_interval(secs => %(lease)s), now(),
+           %(run_id)s::text, %(call_ns)s::text, %(checkpoint_id)s::text
     WHERE NOT EXISTS (SELECT 1 FROM deleted)
     ON CONFLICT (idempotency_key) DO UPDATE
     SET status = 'RUNNING', lease_owner = EXCLUDED.lease_owner,
         attempts = t.attempts + (t.lease_owner IS DISTINCT FROM EXCLUDED.lease_owner)::int,
         lease_until = EXCLUDED.lease_until, started_at = now(), error = NULL,
-        completed_at = NULL
+        completed_at = NULL,
+        -- the record is the new attempt's: of its run, made where it was made
+        run_id = EXCLUDED.run_id, call_ns = EXCLUDED.call_ns,
+        call_checkpoint_id = EXCLUDED.call_checkpoint_id
     WHERE (t.status IN ('RUNNING', 'TIMED_OUT', 'PENDING') AND t.lease_until < now()
            AND %(retry_unknown)s)
        OR (t.status = 'FAILED' AND %(retry_failed)s)
@@ -263,6 +270,7 @@ def execute_once(plan: ToolCallPlan, codec: ValueCodec) -> Operation[Any]:
         "lineage_ns": [ns for ns, _ in site.lineage],
         "lineage_ids": [checkpoint_id for _, checkpoint_id in site.lineage],
         "checkpoint_id": site.checkpoint_id,
+        "call_ns": site.checkpoint_ns,
         "seen": site.seen,
         "run_id": site.run_id,
         "thread_id": identity.thread_id,

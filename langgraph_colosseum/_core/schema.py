@@ -301,6 +301,20 @@ MIGRATIONS: list[str] = [
     WHERE r.thread_id = t.thread_id AND r.run_id = t.run_owner AND r.token = t.run_token
       AND r.status = 'running' AND r.metadata_before IS NOT NULL;
     """,
+    # 13: the run that recorded each tool call, and the checkpoint the call was
+    # made on (its call site: the checkpoint its tools task ran on, in that
+    # task's parent namespace). delete_for_runs (and so `rollback`) deletes a
+    # run's records with its checkpoints, unless a checkpoint that stays still
+    # holds the call (sql.DELETE_RUNS_TOOL_CALLS). NULL: recorded before, or
+    # by older code; such a record stays, as it did.
+    """
+    ALTER TABLE colosseum_tool_calls
+        ADD COLUMN IF NOT EXISTS run_id text COLLATE "C",
+        ADD COLUMN IF NOT EXISTS call_ns text COLLATE "C",
+        ADD COLUMN IF NOT EXISTS call_checkpoint_id text COLLATE "C";
+    CREATE INDEX IF NOT EXISTS colosseum_tool_calls_run_id
+        ON colosseum_tool_calls (run_id) WHERE run_id IS NOT NULL;
+    """,
 ]
 
 LATEST_VERSION = len(MIGRATIONS)

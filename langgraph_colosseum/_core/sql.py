@@ -952,28 +952,34 @@ def lineage_of(thread: str) -> str:
         {thread})"""
 
 
+# The living threads of the lineage that the SQL `lineage` gives: the ones
+# copy_thread recorded in it (copies, and the source a copy was made from),
+# and a source without a row of its own (copied before sources were
+# recorded), the living, never deleted thread whose id is the lineage. A
+# record of the ledger is handed only to one of these: their calls have its key.
+def _threads_of_lineage(lineage: str) -> str:
+    return f"""
+        SELECT l.thread_id FROM colosseum_thread_lineage l WHERE l.lineage = {lineage}
+        UNION ALL
+        SELECT t.thread_id FROM colosseum_threads t
+        WHERE t.thread_id = {lineage}
+          AND NOT EXISTS (SELECT 1 FROM colosseum_thread_lineage x
+                          WHERE x.thread_id = t.thread_id)
+          AND NOT EXISTS (SELECT 1 FROM colosseum_deleted_threads g
+                          WHERE g.thread_id = t.thread_id)"""
+
+
 # Before a thread's ledger rows go with it: the rows are handed to another
-# living thread of its lineage (a copy, or the source a copy was made from),
-# so deleting one of them does not make another repeat a side effect that it
-# recorded. Run before the deletion is recorded (which changes the lineage of
-# the id, see lineage_of). copy_thread records the source too; a source
-# without a row of its own (copied before it was recorded) is found as the
-# living, never deleted thread whose id is the lineage.
+# living thread of its lineage, so deleting one of them does not make another
+# repeat a side effect that it recorded. Run before the deletion is recorded
+# (which changes the lineage of the id, see lineage_of).
 _REHOME_TOOL_CALLS = f"""
 UPDATE colosseum_tool_calls c SET thread_id = heir.thread_id
 FROM (
     SELECT d.thread_id AS dying, min(h.thread_id) AS thread_id
     FROM unnest(%(thread_ids)b::text[]) AS d(thread_id)
     CROSS JOIN LATERAL (SELECT {lineage_of("d.thread_id")} AS lineage) AS own
-    CROSS JOIN LATERAL (
-        SELECT l.thread_id FROM colosseum_thread_lineage l WHERE l.lineage = own.lineage
-        UNION ALL
-        SELECT t.thread_id FROM colosseum_threads t
-        WHERE t.thread_id = own.lineage
-          AND NOT EXISTS (SELECT 1 FROM colosseum_thread_lineage x
-                          WHERE x.thread_id = t.thread_id)
-          AND NOT EXISTS (SELECT 1 FROM colosseum_deleted_threads g
-                          WHERE g.thread_id = t.thread_id)
+    CROSS JOIN LATERAL ({_threads_of_lineage("own.lineage")}
     ) AS h
     WHERE NOT h.thread_id = ANY(%(thread_ids)b::text[])
     GROUP BY d.thread_id
@@ -1189,10 +1195,14 @@ WHERE p.run_id = ANY(%(run_ids)b::text[])
   AND (c.run_id IS NULL OR NOT c.run_id = ANY(%(run_ids)b::text[]))
 """
 
+# The threads the runs wrote to: checkpoints, pending writes, and tool calls
+# (a run with durability="exit" stopped mid-run has stored nothing else).
 THREADS_OF_RUNS = """
 SELECT thread_id FROM colosseum_checkpoints WHERE run_id = ANY(%(run_ids)b::text[])
 UNION
 SELECT thread_id FROM colosseum_writes WHERE run_id = ANY(%(run_ids)b::text[])
+UNION
+SELECT thread_id FROM colosseum_tool_calls WHERE run_id = ANY(%(run_ids)b::text[])
 """
 
 INSERT_DELTA_HISTORY = """
@@ -1271,6 +1281,83 @@ ON CONFLICT (thread_id) DO UPDATE SET epoch = e.epoch + 1
 DELETED_RUNS = """
 INSERT INTO colosseum_deleted_runs (run_id) SELECT unnest(%(run_ids)b::text[])
 ON CONFLICT (run_id) DO UPDATE SET deleted_at = now()
+"""
+
+# delete_for_runs and the tool ledger, before DELETE_RUNS (under its
+# DELETE_LOCK): the record of a call the runs made (its run_id), or one made
+# on a checkpoint of theirs (its call site), goes with them when no checkpoint
+# that stays holds the call: neither its call site, nor one that descends from
+# it (`held`: a checkpoint of the runs with a later one staying below it, of
+# another run: a run after them, or one that went on from a copy). A state
+# holding the call can present its key again, and must get the recorded
+# output rather than a second side effect; one that does not is as it was
+# before the call. A record some state still holds stays with its thread, or
+# else goes to a thread of its lineage that holds it (a copy), as
+# REHOME_TOOL_CALLS hands a deleted thread's records on; a call site that goes
+# becomes the checkpoint below it that stays, so the record is judged by that
+# one when its run is deleted in turn. A record whose run is deleted and whose
+# call site was never stored (its run stopped before its put landed) goes.
+# The runs are recorded as deleted before (DELETED_RUNS): no claim of theirs
+# lands after this, and their late COMPLETE finds no row.
+DELETE_RUNS_TOOL_CALLS = f"""
+WITH RECURSIVE gone AS (
+    SELECT thread_id, checkpoint_ns, checkpoint_id, parent_checkpoint_id
+    FROM colosseum_checkpoints WHERE run_id = ANY(%(run_ids)b::text[])
+),
+held(thread_id, checkpoint_ns, checkpoint_id, parent_checkpoint_id, kept) AS (
+    SELECT g.thread_id, g.checkpoint_ns, g.checkpoint_id, g.parent_checkpoint_id,
+           c.checkpoint_id
+    FROM gone g
+    JOIN colosseum_checkpoints c
+      ON c.thread_id = g.thread_id AND c.checkpoint_ns = g.checkpoint_ns
+     AND c.parent_checkpoint_id = g.checkpoint_id
+    WHERE c.run_id IS NULL OR NOT c.run_id = ANY(%(run_ids)b::text[])
+  UNION
+    SELECT g.thread_id, g.checkpoint_ns, g.checkpoint_id, g.parent_checkpoint_id, h.kept
+    FROM held h
+    JOIN gone g
+      ON g.thread_id = h.thread_id AND g.checkpoint_ns = h.checkpoint_ns
+     AND g.checkpoint_id = h.parent_checkpoint_id
+),
+calls AS (
+    SELECT c.thread_id, c.idempotency_key, c.call_ns, c.call_checkpoint_id
+    FROM colosseum_tool_calls c WHERE c.run_id = ANY(%(run_ids)b::text[])
+    UNION
+    SELECT c.thread_id, c.idempotency_key, c.call_ns, c.call_checkpoint_id
+    FROM gone g
+    JOIN colosseum_tool_calls c
+      ON c.thread_id = g.thread_id AND c.call_ns = g.checkpoint_ns
+     AND c.call_checkpoint_id = g.checkpoint_id
+),
+decided AS (
+    SELECT calls.thread_id, calls.idempotency_key, holder.thread_id AS heir, holder.site
+    FROM calls
+    CROSS JOIN LATERAL (SELECT {lineage_of("calls.thread_id")} AS lineage) AS own
+    LEFT JOIN LATERAL (
+        SELECT h.thread_id, coalesce(k.checkpoint_id, held.kept) AS site
+        FROM (SELECT calls.thread_id UNION {_threads_of_lineage("own.lineage")}
+        ) AS h(thread_id)
+        LEFT JOIN colosseum_checkpoints k
+          ON k.thread_id = h.thread_id AND k.checkpoint_ns = calls.call_ns
+         AND k.checkpoint_id = calls.call_checkpoint_id
+         AND (k.run_id IS NULL OR NOT k.run_id = ANY(%(run_ids)b::text[]))
+        LEFT JOIN held
+          ON held.thread_id = h.thread_id AND held.checkpoint_ns = calls.call_ns
+         AND held.checkpoint_id = calls.call_checkpoint_id
+        WHERE k.checkpoint_id IS NOT NULL OR held.kept IS NOT NULL
+        ORDER BY h.thread_id <> calls.thread_id, k.checkpoint_id IS NULL, h.thread_id, held.kept
+        LIMIT 1
+    ) AS holder ON true
+),
+handed AS (
+    UPDATE colosseum_tool_calls c SET thread_id = d.heir, call_checkpoint_id = d.site
+    FROM decided d
+    WHERE c.thread_id = d.thread_id AND c.idempotency_key = d.idempotency_key
+      AND d.heir IS NOT NULL
+      AND (d.heir <> c.thread_id OR d.site IS DISTINCT FROM c.call_checkpoint_id)
+)
+DELETE FROM colosseum_tool_calls c USING decided d
+WHERE c.thread_id = d.thread_id AND c.idempotency_key = d.idempotency_key AND d.heir IS NULL
 """
 
 DELETE_RUNS = (

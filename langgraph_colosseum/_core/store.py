@@ -1508,7 +1508,8 @@ class CheckpointStore:
         yield from self._drop_heads(thread_list, results, asked_at)
 
     def delete_for_runs(self, run_ids: Sequence[str]) -> Operation[None]:
-        """Delete the runs' checkpoints and writes.
+        """Delete the runs' checkpoints and writes, and the records of their tool
+        calls that no checkpoint staying holds (sql.DELETE_RUNS_TOOL_CALLS).
 
         A surviving checkpoint whose parent is deleted gets its delta-channel
         history frozen first, so it still rebuilds the state it had.
@@ -1532,6 +1533,8 @@ class CheckpointStore:
         boundaries = yield Query(sql.RUN_BOUNDARIES, params)
         queries = [Query(sql.DELETE_LOCK, {"thread_ids": [row[0] for row in threads]}, fetch=False)]
         queries += yield from self._freeze_histories(boundaries)
+        # their tool calls' records with them, before their checkpoints go
+        queries.append(Query(sql.DELETE_RUNS_TOOL_CALLS, params, fetch=False))
         queries += [Query(q, params, fetch=False) for q in sql.DELETE_RUNS]
         thread_ids = {"thread_ids": [row[0] for row in threads]}
         queries.append(Query(sql.RESET_DELETED_HEADS, thread_ids, fetch=False))

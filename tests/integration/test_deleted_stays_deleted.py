@@ -108,8 +108,9 @@ def secret_in_postgres(url: str, text: str = SECRET) -> list[str]:
             ("colosseum_writes", "coalesce(encode(value_bytes, 'escape'), '')"),
             ("colosseum_delta_histories", "coalesce(value::text, '')"),
             ("colosseum_threads", "metadata::text || state_values::text"),
+            ("colosseum_tool_calls", "t::text"),
         ):
-            n = conn.execute(f"SELECT count(*) FROM {table} WHERE {column} LIKE %s", [like])
+            n = conn.execute(f"SELECT count(*) FROM {table} t WHERE {column} LIKE %s", [like])
             if n.fetchone()[0]:
                 found.append(f"{table}.{column}")
     return found

@@ -157,7 +157,7 @@ class Race:
         found = []
         with psycopg.connect(self.url, autocommit=True) as conn:
             for table in ("checkpoints", "channel_values", "writes", "delta_histories",
-                          "threads"):  # fmt: skip
+                          "threads", "tool_calls"):  # fmt: skip
                 hits = conn.execute(
                     f"SELECT count(*) FROM colosseum_{table} t "
                     "WHERE t.thread_id = %s AND position(%s in t::text) > 0",

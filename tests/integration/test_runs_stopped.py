@@ -34,10 +34,12 @@ class Chat(TypedDict):
 
 
 def traces(url: str, thread_id: str, text: str) -> list[str]:
-    """The Postgres tables whose rows of `thread_id` hold `text`."""
+    """The Postgres tables whose rows of `thread_id` hold `text` (the tool
+    ledger's too: what the CLI and the inspector show of the thread)."""
     found = []
     with psycopg.connect(url, autocommit=True) as conn:
-        for table in ("checkpoints", "channel_values", "writes", "delta_histories", "threads"):
+        for table in ("checkpoints", "channel_values", "writes", "delta_histories", "threads",
+                      "tool_calls"):  # fmt: skip
             hits = conn.execute(
                 f"SELECT count(*) FROM colosseum_{table} t "
                 "WHERE t.thread_id = %s AND position(%s in t::text) > 0",
