@@ -562,7 +562,7 @@ GUARDS: list[Guard] = [
         ),
         mutant="           OR false)",
         tests=(
-            f"{RUNS_STOPPED}::test_a_rollback_of_a_lapsed_run_does_not_depend_on_who_looked_first",
+            f"{RUNS_STOPPED}::test_a_lapsed_run_overtaken_is_stopped_as_a_live_one_whoever_looked_first",
         ),
     ),
     Guard(
