@@ -18,6 +18,7 @@ without the Redis hot head. Every run sends one message; the graph appends
 from __future__ import annotations
 
 import asyncio
+import html
 import json
 import operator
 import os
@@ -419,6 +420,10 @@ def test_a_killed_holder_is_no_longer_busy_or_running_for_any_reader(
         assert (record.status, record.stopped_by) == ("error", "lease")
         assert "stopped renewing its lease" in record.error
         assert saver.runs.get(record.run_id) == record
+        # The inspector's runs table: run, status, strategy, ..., process, stopped by, error.
+        cells = [f"<td>{v}</td>" for v in (record.run_id, "error", "reject", record.holder,
+                                          "lease", html.escape(record.error))]  # fmt: skip
+        assert all(cell in page.text for cell in cells), page.text
         assert saver.runs.list(race.thread, status="running") == []
         assert saver.runs.cancel(thread_id=race.thread) == []  # nothing of it is active
     # No reader wrote: the record is as the dead process left it.
