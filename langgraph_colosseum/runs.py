@@ -66,6 +66,13 @@ class Runs:
         return GraphRuns(self._saver, graph, multitask_strategy, lease, queue_timeout)
 
     def get(self, run_id: str) -> RunInfo | None:
+        """The run's record, None for an unknown run. A run whose lease lapsed
+        (its process died, or is paused past it) reads as `error`.
+
+        Example:
+            >>> saver.runs.get(run_id).status
+            'success'
+        """
         return self._saver._run(ops.get(str(run_id)))
 
     async def aget(self, run_id: str) -> RunInfo | None:
@@ -101,7 +108,14 @@ class Runs:
         return await self._saver._arun(ops.cancel(thread, run))
 
     def join(self, run_id: str, *, timeout: float | None = None) -> RunInfo:
-        """Wait for the run to end; its final record (status, error, times)."""
+        """Wait for the run to end; its final record (a RunInfo: status, error,
+        times), not its state: `saver.runs(graph).join(run_id)` returns that.
+        TimeoutError after `timeout` seconds.
+
+        Example:
+            >>> saver.runs.join(run_id, timeout=60).status
+            'success'
+        """
         return self._saver._run(ops.join(str(run_id), timeout))
 
     async def ajoin(self, run_id: str, *, timeout: float | None = None) -> RunInfo:

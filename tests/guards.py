@@ -217,8 +217,8 @@ GUARDS: list[Guard] = [
     Guard(
         name="run guard: release only by its owner",
         file="langgraph_colosseum/_core/threads.py",
-        original="ELSE 'idle' END\nWHERE thread_id = %(thread_id)s AND run_owner = %(owner)s",
-        mutant="ELSE 'idle' END\nWHERE thread_id = %(thread_id)s",
+        original="status = {_HEAD_STATUS}\nWHERE thread_id = %(thread_id)s AND run_owner = %(owner)s",
+        mutant="status = {_HEAD_STATUS}\nWHERE thread_id = %(thread_id)s",
         tests=(f"{GUARD_TESTS}::test_a_stale_guard_holder_does_not_release_its_successor",),
     ),
     Guard(
@@ -555,7 +555,7 @@ GUARDS: list[Guard] = [
         ),
     ),
     Guard(
-        name="runs: interrupt / rollback stop the last holder even when a reader settled it first",
+        name="runs: interrupt / rollback stop the last holder even when older code settled it first",
         file="langgraph_colosseum/_core/multitask.py",
         original=(
             "           OR (%(steal)s AND r.token = thread.run_token\n"
@@ -563,8 +563,64 @@ GUARDS: list[Guard] = [
         ),
         mutant="           OR false)",
         tests=(
-            f"{RUNS_STOPPED}::test_a_rollback_of_a_lapsed_run_does_not_depend_on_who_looked_first",
+            f"{RUNS_STOPPED}::test_a_lapsed_run_overtaken_is_stopped_as_a_live_one_whoever_looked_first",
         ),
+    ),
+    Guard(
+        name="runs: interrupt / rollback record a holder past its lease as stopped, as it is told",
+        file="langgraph_colosseum/_core/multitask.py",
+        original=(
+            "    SET status = CASE WHEN %(steal)s OR thread.run_lease_until > now() THEN 'interrupted'"
+        ),
+        mutant="    SET status = CASE WHEN thread.run_lease_until > now() THEN 'interrupted'",
+        tests=(
+            f"{RUNS_STOPPED}::test_a_lapsed_run_overtaken_is_stopped_as_a_live_one_whoever_looked_first"
+            "[interrupt-RunInterruptedError-unread]",
+        ),
+    ),
+    Guard(
+        name="runs: a run past its lease reads as error to every reader (nobody settles it)",
+        file="langgraph_colosseum/_core/multitask.py",
+        original=(
+            "    SELECT coalesce(r.status = 'pending' AND r.lease_until < now(), false)\n"
+            "           OR (r.status = 'running' AND NOT coalesce(t.run_lease_until > now(), false))\n"
+            "           AS lapsed,\n"
+        ),
+        mutant="    SELECT false AS lapsed,\n",
+        tests=(
+            f"{RUNS}::test_a_killed_holder_is_no_longer_busy_or_running_for_any_reader[postgres]",
+        ),
+    ),
+    Guard(
+        name="threads: a holder's lapsed lease does not read as busy (nobody settles it)",
+        file="langgraph_colosseum/_core/threads.py",
+        original=(
+            'STATUS_NOW = f"""CASE WHEN t.status = \'busy\' AND NOT coalesce(t.run_lease_until > now(), false)\n'
+            '    THEN {_HEAD_STATUS} ELSE t.status END"""'
+        ),
+        mutant='STATUS_NOW = "t.status"',
+        tests=(
+            f"{RUNS}::test_a_killed_holder_is_no_longer_busy_or_running_for_any_reader[postgres]",
+            "tests/integration/test_fencing.py::test_status_follows_runs_after_a_dead_holder[postgres]",
+        ),
+    ),
+    Guard(
+        name="threads.search / count: a row that says busy is matched by the status it reads as",
+        file="langgraph_colosseum/_core/threads.py",
+        original=(
+            " WHERE t.status = 'busy' AND (%(status)s::text IS NULL OR {STATUS_NOW} = %(status)s::text)"
+        ),
+        mutant=" WHERE t.status = 'busy' AND (%(status)s::text IS NULL OR t.status = %(status)s::text)",
+        tests=(
+            f"{RUNS}::test_a_killed_holder_is_no_longer_busy_or_running_for_any_reader[postgres]",
+        ),
+    ),
+    Guard(
+        name="run guard: a renewed lease makes the thread busy again (a put meanwhile set it idle)",
+        file="langgraph_colosseum/_core/threads.py",
+        original="SET run_lease_until = now() + make_interval(secs => %(lease)s), status = 'busy'\n",
+        mutant="SET run_lease_until = now() + make_interval(secs => %(lease)s)\n",
+        tests=(f"{RUNS}::test_the_thread_is_busy_exactly_while_a_runs_lease_is_live",),
     ),
     Guard(
         name="rekey: a value row is re-sealed only as it was read (a prune compacts it meanwhile)",

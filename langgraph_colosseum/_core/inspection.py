@@ -10,6 +10,7 @@ from __future__ import annotations
 from dataclasses import dataclass
 
 from langgraph_colosseum._core.io import Operation, Query
+from langgraph_colosseum._core.multitask import RUNS_NOW
 from langgraph_colosseum._core.sql import CLAIM_TASK_ID
 from langgraph_colosseum.errors import AmbiguousIdError, NotFoundError
 
@@ -198,12 +199,14 @@ FROM unnest(%(thread_ids)s::text[]) AS t(thread_id)
 """
 
 
-# The records of saver.runs(graph) (colosseum_runs), in arrival order.
-RUN_RECORDS = """
-SELECT run_id, strategy, status, holder, created_at, started_at, ended_at, stopped_by, error
-FROM colosseum_runs
-WHERE thread_id = %(thread_id)s
-ORDER BY seq
+# The records of saver.runs(graph) (colosseum_runs), in arrival order, as
+# saver.runs.list reads them (a run past its lease reads as error).
+RUN_RECORDS = f"""
+SELECT r.run_id, r.strategy, r.status, r.holder, r.created_at, r.started_at, r.ended_at,
+       r.stopped_by, r.error
+FROM {RUNS_NOW} AS r
+WHERE r.thread_id = %(thread_id)s
+ORDER BY r.seq
 """
 
 

@@ -134,19 +134,29 @@ taken AS (
     WHERE t.thread_id = %(thread_id)s AND EXISTS (SELECT 1 FROM go)
     RETURNING t.run_token
 ),
+-- interrupt / rollback stop the holder as a live one, whether its lease is
+-- live or lapsed: a process only paused past its lease (GC, SIGSTOP) is told
+-- RunInterruptedError / RunRolledBackError when it wakes, and its record says
+-- the same. reject / enqueue take a thread only from a lapsed holder, which
+-- stays `error` as it read (RUNS_NOW), ended when its lease ran out.
 stopped AS (
     UPDATE colosseum_runs r
-    SET status = CASE WHEN thread.run_lease_until > now() THEN 'interrupted' ELSE 'error' END,
-        error = CASE WHEN thread.run_lease_until > now() THEN NULL ELSE %(lapsed)s END,
-        stopped_by = %(run_id)s, ended_at = clock_timestamp()
+    SET status = CASE WHEN %(steal)s OR thread.run_lease_until > now() THEN 'interrupted'
+                      ELSE 'error' END,
+        error = CASE WHEN %(steal)s OR thread.run_lease_until > now() THEN NULL
+                     ELSE %(lapsed)s END,
+        ended_at = CASE WHEN %(steal)s OR thread.run_lease_until > now() THEN clock_timestamp()
+                        ELSE coalesce(thread.run_lease_until, clock_timestamp()) END,
+        stopped_by = %(run_id)s
     FROM thread
     WHERE EXISTS (SELECT 1 FROM go) AND r.thread_id = %(thread_id)s
       AND ((r.run_id = thread.run_owner AND r.status = 'running')
-           -- The last holder, already settled as lapsed by a reader of the run
-           -- records (SETTLE lets go of the thread): its token is still the
-           -- thread's, so nobody took the thread since. interrupt / rollback
-           -- stop it as they would have stopped it unsettled, so what a
-           -- rollback removes does not depend on who looked first.
+           -- The last holder, settled as lapsed by a reader of older code
+           -- (which let go of the thread; readers write nothing now): its
+           -- token is still the thread's, so nobody took the thread since.
+           -- interrupt / rollback stop it as they would have stopped it
+           -- unsettled, so what a rollback removes does not depend on who
+           -- looked first, during an upgrade either.
            OR (%(steal)s AND r.token = thread.run_token
                AND r.status = 'error' AND r.stopped_by = 'lease'))
     RETURNING r.run_id, r.status
@@ -228,8 +238,9 @@ WHERE thread_id = %(thread_id)s AND run_id = %(run_id)s AND status = 'pending'
 """
 
 # The run ends: only while it is still running (a run stopped meanwhile stays
-# stopped; its caller is told), or when only the lease sweep marked it and it
-# still owns the thread with its token (it was slow, nobody took over). A
+# stopped; its caller is told; one past its lease that nobody took over was
+# only slow, and ends as it did), or when only a lease sweep of older code
+# marked it and it still owns the thread with its token. A
 # FINISH sent again after its reply was lost (see TAKE) finds the run ended as
 # it asked and stopped by nobody (every stop records who): its own success.
 # A run whose rollback is due is told `rolled_back`: its refused write can land
@@ -258,39 +269,58 @@ SELECT EXISTS (SELECT 1 FROM mine)
        pg_notify(%(channel)s, %(thread_id)s)
 """
 
-# Runs whose process is gone: running without a live lease on the thread, or
-# queued without a live place. Marked so that no record says `running` forever.
-SETTLE = """
-UPDATE colosseum_runs r
-SET status = 'error', stopped_by = 'lease', ended_at = clock_timestamp(), lease_until = NULL,
-    error = CASE WHEN r.status = 'pending' THEN %(queue_lapsed)s ELSE %(lapsed)s END
-WHERE r.thread_id = %(thread_id)s
-  AND ((r.status = 'pending' AND r.lease_until < now())
-       OR (r.status = 'running' AND NOT EXISTS (
-               SELECT 1 FROM colosseum_threads t
-               WHERE t.thread_id = r.thread_id AND t.run_owner = r.run_id
-                 AND t.run_lease_until > now())))
-RETURNING r.run_id
-"""
+
+def _sql_text(text: str) -> str:
+    assert "%" not in text  # a literal inside statements that take parameters
+    return "'" + text.replace("'", "''") + "'"
+
+
+# The run records as every reader sees them (saver.runs.get / list / join /
+# cancel, `colosseum runs`, the web inspector): a run whose process is gone,
+# or was paused longer than its lease, reads as `error`, stopped by "lease",
+# ended when its lease ran out: running without a live lease on the thread,
+# or queued without a live place. Nothing writes that on reading, so what
+# happens next does not depend on who looked: a run that takes the thread
+# records it (TAKE), and a process only paused that wakes before anyone took
+# its place renews its lease and reads `running` again. Its row keeps what
+# its process left (`running`, `pending`). A view of `colosseum_runs`, `r`.
+RUNS_NOW = f"""(
+SELECT r.thread_id, r.run_id, r.strategy, r.holder, r.seq, r.created_at, r.started_at,
+       CASE WHEN lapse.lapsed THEN 'error' ELSE r.status END AS status,
+       CASE WHEN lapse.lapsed THEN lapse.at ELSE r.ended_at END AS ended_at,
+       CASE WHEN lapse.lapsed THEN 'lease' ELSE r.stopped_by END AS stopped_by,
+       CASE WHEN NOT lapse.lapsed THEN r.error
+            WHEN r.status = 'pending' THEN {_sql_text(QUEUE_LAPSED)}
+            ELSE {_sql_text(LEASE_LAPSED)} END AS error
+FROM colosseum_runs r
+LEFT JOIN colosseum_threads t ON t.thread_id = r.thread_id AND t.run_owner = r.run_id
+CROSS JOIN LATERAL (
+    SELECT coalesce(r.status = 'pending' AND r.lease_until < now(), false)
+           OR (r.status = 'running' AND NOT coalesce(t.run_lease_until > now(), false))
+           AS lapsed,
+           CASE WHEN r.status = 'pending' THEN r.lease_until ELSE t.run_lease_until END AS at
+) AS lapse
+)"""
 
 _RUN_COLUMNS = """
-    run_id, thread_id, strategy, status, holder, seq, created_at, started_at, ended_at,
-    stopped_by, error
+    r.run_id, r.thread_id, r.strategy, r.status, r.holder, r.seq, r.created_at, r.started_at,
+    r.ended_at, r.stopped_by, r.error
 """
 
-GET = f"SELECT {_RUN_COLUMNS} FROM colosseum_runs WHERE run_id = %(run_id)s"
+GET = f"SELECT {_RUN_COLUMNS} FROM {RUNS_NOW} AS r WHERE r.run_id = %(run_id)s"
 
 LIST = f"""
-SELECT {_RUN_COLUMNS} FROM colosseum_runs
-WHERE thread_id = %(thread_id)s AND (%(status)s::text IS NULL OR status = %(status)s)
-ORDER BY seq
+SELECT {_RUN_COLUMNS} FROM {RUNS_NOW} AS r
+WHERE r.thread_id = %(thread_id)s AND (%(status)s::text IS NULL OR r.status = %(status)s)
+ORDER BY r.seq
 LIMIT %(limit)s
 """
 
-ACTIVE = """
-SELECT run_id, status FROM colosseum_runs
-WHERE thread_id = %(thread_id)s AND status IN ('pending', 'running')
-  AND (%(run_id)s::text IS NULL OR run_id = %(run_id)s)
+# What cancel stops: the runs that read as pending or running.
+ACTIVE = f"""
+SELECT r.run_id, r.status FROM {RUNS_NOW} AS r
+WHERE r.thread_id = %(thread_id)s AND r.status IN ('pending', 'running')
+  AND (%(run_id)s::text IS NULL OR r.run_id = %(run_id)s)
 """
 
 CANCEL = """
@@ -470,20 +500,9 @@ def finish(
     return bool(ended), stored, by
 
 
-def settle(thread_id: str) -> Operation[None]:
-    """Mark the thread's runs whose process is gone, and let go of the thread for them."""
-    rows = yield Query(
-        SETTLE, {"thread_id": thread_id, "lapsed": LEASE_LAPSED, "queue_lapsed": QUEUE_LAPSED}
-    )
-    for (dead,) in rows:
-        yield Query(RELEASE, {"thread_id": thread_id, "owner": dead}, fetch=False)
-
-
 def get(run_id: str) -> Operation[RunInfo | None]:
+    """The run's record as of now (RUNS_NOW: past its lease, it reads as error)."""
     rows = yield Query(GET, {"run_id": run_id})
-    if rows and rows[0][3] in ("pending", "running"):
-        yield from settle(rows[0][1])
-        rows = yield Query(GET, {"run_id": run_id})
     return _info(rows[0]) if rows else None
 
 
@@ -493,7 +512,6 @@ def list_runs(thread_id: str, status: str | None, limit: int) -> Operation[list[
             f"unknown run status {status!r}: expected one of {', '.join(STATUSES)}"
         )
     thread_id = checked_key("thread_id", thread_id)
-    yield from settle(thread_id)
     rows = yield Query(LIST, {"thread_id": thread_id, "status": status, "limit": limit})
     return [_info(row) for row in rows]
 

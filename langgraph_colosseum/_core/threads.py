@@ -30,28 +30,77 @@ from langgraph_colosseum.errors import (
 
 logger = logging.getLogger("langgraph_colosseum")
 
-_THREAD_COLUMNS = """
-    thread_id, status, created_at, updated_at, metadata::text, state_values::text,
-    head_checkpoint_id, expires_at
+# What a thread's root head left pending, which is its status when no run
+# holds it: an error, else an interrupt, else idle (`t`: the thread's row). A
+# scalar subquery, evaluated per row it is asked for (a few index entries of
+# one checkpoint): an EXISTS here could be planned as a hash of every error
+# write of every thread.
+_HEAD_STATUS = """(
+        SELECT CASE WHEN bool_or(w.channel = '__error__') THEN 'error'
+                    WHEN bool_or(w.channel = '__interrupt__') THEN 'interrupted'
+                    ELSE 'idle' END
+        FROM colosseum_writes w
+        WHERE w.thread_id = t.thread_id AND w.checkpoint_ns = ''
+          AND w.checkpoint_id = t.head_checkpoint_id
+          AND w.channel IN ('__error__', '__interrupt__'))"""
+
+# The thread's status as every reader sees it (get, search, count, and so the
+# CLI and the web inspector): `busy` only while its holder's lease is live.
+# The row says `busy` from the take (ACQUIRE, multitask.TAKE) to the release;
+# a holder that died, or was paused past its lease, leaves it so, and it reads
+# as the release would have set it, from what the head left, without anyone
+# writing. (A live lease always has `busy` in the row: RENEW sets it again
+# after a put made while the lease had lapsed.)
+STATUS_NOW = f"""CASE WHEN t.status = 'busy' AND NOT coalesce(t.run_lease_until > now(), false)
+    THEN {_HEAD_STATUS} ELSE t.status END"""
+
+
+def _thread_columns(status: str) -> str:
+    return f"""
+    t.thread_id, {status}, t.created_at, t.updated_at, t.metadata::text,
+    t.state_values::text, t.head_checkpoint_id, t.expires_at
 """
 
-GET = f"SELECT {_THREAD_COLUMNS} FROM colosseum_threads WHERE thread_id = %(thread_id)s"
 
-_SEARCH_WHERE = """
-WHERE (%(metadata)s::jsonb IS NULL OR metadata @> %(metadata)s::jsonb)
-  AND (%(values)s::jsonb IS NULL OR state_values @> %(values)s::jsonb)
-  AND (%(status)s::text IS NULL OR status = %(status)s)
-  AND (%(prefix)s::text IS NULL OR starts_with(thread_id, %(prefix)s))
+_THREAD_COLUMNS = _thread_columns(STATUS_NOW)
+
+GET = f"SELECT {_THREAD_COLUMNS} FROM colosseum_threads t WHERE t.thread_id = %(thread_id)s"
+
+_FILTERS = """(%(metadata)s::jsonb IS NULL OR t.metadata @> %(metadata)s::jsonb)
+  AND (%(values)s::jsonb IS NULL OR t.state_values @> %(values)s::jsonb)
+  AND (%(prefix)s::text IS NULL OR starts_with(t.thread_id, %(prefix)s))"""
+
+
+# search and count read the rows in two parts, by what the row says. One that
+# does not say busy reads as what it says (STATUS_NOW), and is found by the
+# status index as before; only the few that say busy are read through
+# STATUS_NOW, so that its subquery is neither run nor costed for the others
+# (costed for every row, it made count(status="idle") a JIT-compiled scan).
+# A page of search takes its first rows from each part (each in the order of
+# the updated_at and status indexes, as one query would), then sorts those.
+def _matching(each: str = "") -> str:
+    return f"""
+(SELECT {_thread_columns("t.status")} FROM colosseum_threads t
+ WHERE t.status <> 'busy' AND (%(status)s::text IS NULL OR t.status = %(status)s::text)
+   AND {_FILTERS}
+ {each})
+UNION ALL
+(SELECT {_THREAD_COLUMNS} FROM colosseum_threads t
+ WHERE t.status = 'busy' AND (%(status)s::text IS NULL OR {STATUS_NOW} = %(status)s::text)
+   AND {_FILTERS}
+ {each})
 """
+
+
+_NEWEST_FIRST = "ORDER BY t.updated_at DESC, t.thread_id"
 
 SEARCH = f"""
-SELECT {_THREAD_COLUMNS} FROM colosseum_threads
-{_SEARCH_WHERE}
-ORDER BY updated_at DESC, thread_id
+SELECT * FROM ({_matching(f"{_NEWEST_FIRST} LIMIT %(limit)s + %(offset)s")}) AS t
+{_NEWEST_FIRST}
 LIMIT %(limit)s OFFSET %(offset)s
 """
 
-COUNT = f"SELECT count(*) FROM colosseum_threads {_SEARCH_WHERE}"
+COUNT = f"SELECT count(*) FROM ({_matching()}) AS t"
 
 STATUSES = ("idle", "busy", "interrupted", "error")
 
@@ -86,25 +135,20 @@ WHERE t.run_owner IS NULL OR t.run_lease_until < now()
 RETURNING run_token
 """
 
+# `busy` again: a put made while the lease had lapsed (outside any run, or
+# the holder's own) set the status from the head (sql.PUT), and a holder only
+# paused renews a live lease again (see STATUS_NOW).
 RENEW = """
-UPDATE colosseum_threads SET run_lease_until = now() + make_interval(secs => %(lease)s)
+UPDATE colosseum_threads
+SET run_lease_until = now() + make_interval(secs => %(lease)s), status = 'busy'
 WHERE thread_id = %(thread_id)s AND run_owner = %(owner)s
 """
 
 # Let go, and settle the status from what the head left pending.
-RELEASE = """
+RELEASE = f"""
 UPDATE colosseum_threads t
 SET run_owner = NULL, run_lease_until = NULL, updated_at = now(),
-    status = CASE
-        WHEN EXISTS (SELECT 1 FROM colosseum_writes w
-                     WHERE w.thread_id = t.thread_id AND w.checkpoint_ns = ''
-                       AND w.checkpoint_id = t.head_checkpoint_id AND w.channel = '__error__')
-            THEN 'error'
-        WHEN EXISTS (SELECT 1 FROM colosseum_writes w
-                     WHERE w.thread_id = t.thread_id AND w.checkpoint_ns = ''
-                       AND w.checkpoint_id = t.head_checkpoint_id AND w.channel = '__interrupt__')
-            THEN 'interrupted'
-        ELSE 'idle' END
+    status = {_HEAD_STATUS}
 WHERE thread_id = %(thread_id)s AND run_owner = %(owner)s
 """
 

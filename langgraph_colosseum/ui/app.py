@@ -552,15 +552,16 @@ def _runs_section(runs: dict[str, Any]) -> str:
     )
     rows = "".join(
         f"<tr><td>{_e(r['run_id'])}</td><td>{_e(r.get('status') or '')}</td>"
-        f"<td class=num>{r['checkpoints']}</td>"
-        f"<td>{_e(r['started'])}</td><td>{_e(r['ended'])}</td></tr>"
+        f"<td>{_e(r['strategy'])}</td><td class=num>{r['checkpoints']}</td>"
+        f"<td>{_e(r['started'])}</td><td>{_e(r['ended'])}</td><td>{_e(r['holder'])}</td>"
+        f"<td>{_e(r['stopped_by'])}</td><td>{_e(r['error'])}</td></tr>"
         for r in runs["runs"]
     )
     return (
         f'<section><h2>runs</h2><p id="guard">run guard: {guard_text}</p>'
-        '<table id="runs"><thead><tr><th>run</th><th>status</th><th>checkpoints</th><th>first</th>'
-        "<th>last</th>"
-        f"</tr></thead><tbody>{rows}</tbody></table></section>"
+        '<table id="runs"><thead><tr><th>run</th><th>status</th><th>strategy</th>'
+        "<th>checkpoints</th><th>first</th><th>last</th><th>process</th><th>stopped by</th>"
+        f"<th>error</th></tr></thead><tbody>{rows}</tbody></table></section>"
     )
 
 

@@ -7,8 +7,9 @@
    releases it. H1 is then continued: its next write must be refused with
    LeaseLostError, nothing of it stored, and H2's step is still the head.
 2. Status (issue 12 item 5). A guard holder is SIGKILLed; once its lease has
-   lapsed, unguarded runs set the status again (idle / interrupted / error),
-   so `search(status=...)` finds the thread.
+   lapsed the thread is no longer busy for any reader (before anything else
+   writes it), and unguarded runs set the status again (idle / interrupted /
+   error), so `search(status=...)` finds the thread.
 
 Both run on the blocking and the asyncio saver, with and without Redis.
 """
@@ -237,7 +238,11 @@ def test_status_follows_runs_after_a_dead_holder(
 
     tid = f"dead-holder-{uuid.uuid4().hex[:8]}"
     killed_holder(saver, pg_url, tid, tmp_path)
-    assert saver.threads.get(tid).status == "busy"  # what the holder left
+    # Its lease lapsed: not busy for any reader, before any run wrote the thread.
+    assert saver.threads.get(tid).status == "idle"
+    assert tid not in [t.thread_id for t in saver.threads.search(status="busy")]
+    assert saver.threads.count(status="busy", prefix=tid) == 0
+    assert tid in [t.thread_id for t in saver.threads.search(status="idle", prefix=tid)]
     ticker = ticker_graph(saver)
     for symbol in ("AAPL", "MSFT", "NVDA"):
         ticker.invoke({"ticker": symbol}, cfg(tid))
@@ -265,6 +270,8 @@ async def test_status_follows_runs_after_a_dead_holder_async(
 
     tid = f"adead-holder-{uuid.uuid4().hex[:8]}"
     killed_holder(asaver, pg_url, tid, tmp_path)
+    assert (await asaver.threads.get(tid)).status == "idle"
+    assert await asaver.threads.search(status="busy", prefix=tid) == []
     ticker = ticker_graph(asaver)
     for symbol in ("AAPL", "MSFT", "NVDA"):
         await ticker.ainvoke({"ticker": symbol}, cfg(tid))

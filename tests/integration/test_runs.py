@@ -18,6 +18,7 @@ without the Redis hot head. Every run sends one message; the graph appends
 from __future__ import annotations
 
 import asyncio
+import html
 import json
 import operator
 import os
@@ -45,10 +46,13 @@ from typing_extensions import TypedDict
 
 from langgraph_colosseum import AsyncColosseumSaver, ColosseumSaver
 from langgraph_colosseum._core import multitask
+from langgraph_colosseum._core import threads as thread_ops
 from langgraph_colosseum.cli import app
 from langgraph_colosseum.errors import (
     CheckpointDeletedError,
+    InvalidConfigError,
     RunInterruptedError,
+    RunNotFoundError,
     RunQueueTimeoutError,
     ThreadBusyError,
 )
@@ -318,13 +322,12 @@ def test_eight_processes_race_to_one_thread(
 
 
 def test_killed_holders_the_queue_moves_on_and_interrupt_does_not_wait(
-    workers: list[Worker], pg_url: str
+    workers: list[Worker], pg_url: str, mode: str
 ) -> None:
     """Issue 15 item 4. A holder SIGKILLed with a short lease: once it lapses its
     run is marked error and an enqueued run proceeds. A holder SIGKILLed with a
     long lease: `interrupt` takes the thread at once, well within the lease."""
-    truncate(pg_url)
-    lapsing, lasting = Race(pg_url, "postgres"), Race(pg_url, "postgres")
+    lapsing, lasting = Race(pg_url, mode), Race(pg_url, mode)
     doomed = [Worker(), Worker()]
     try:
         lapsing.run(doomed[0], "qa1", "reject", gate=True, lease=1.5)
@@ -350,6 +353,133 @@ def test_killed_holders_the_queue_moves_on_and_interrupt_does_not_wait(
     with lapsing.saver() as saver:
         assert saver.threads.get(lapsing.thread).status == "idle"
         assert saver.threads.get(lasting.thread).status == "idle"
+
+
+def lease_lapsed(url: str, thread_id: str) -> bool:
+    """The thread's holder's lease has run out, by Postgres's clock."""
+    with psycopg.connect(url, autocommit=True) as conn:
+        row = conn.execute(
+            "SELECT run_lease_until < now() FROM colosseum_threads WHERE thread_id = %s",
+            (thread_id,),
+        ).fetchone()
+    return bool(row and row[0])
+
+
+def stored_run_statuses(url: str, thread_id: str) -> list[str]:
+    """The run records' status column as stored, bypassing every reader."""
+    with psycopg.connect(url, autocommit=True) as conn:
+        rows = conn.execute(
+            "SELECT status FROM colosseum_runs WHERE thread_id = %s ORDER BY seq", (thread_id,)
+        ).fetchall()
+    return [row[0] for row in rows]
+
+
+def test_a_killed_holder_is_no_longer_busy_or_running_for_any_reader(
+    pg_url: str, mode: str, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """README: "the thread's status is busy while a run's lease is live", and a
+    run whose process dies "is marked error once its lease lapses". Both hold
+    for whoever reads first: nothing that could settle the run records runs
+    before these readers (threads.get / search / count, `colosseum runs`, the
+    web inspector, saver.runs.get / list), and none of them writes."""
+    from starlette.testclient import TestClient
+
+    from langgraph_colosseum.inspection import Inspector
+    from langgraph_colosseum.ui.app import create_app
+
+    race = Race(pg_url, mode)
+    doomed = Worker()
+    try:
+        race.run(doomed, "qa1", "reject", gate=True, lease=1.5)
+        doomed.expect(event="entered", msg="qa1")
+        os.killpg(doomed.proc.pid, signal.SIGKILL)
+        doomed.proc.wait()
+    finally:
+        doomed.stop()
+    wait_until(lambda: lease_lapsed(pg_url, race.thread))
+    monkeypatch.setenv("COLOSSEUM_DATABASE_URL", pg_url)
+    shown = CliRunner().invoke(app, ["runs", race.thread, "--json"])
+    assert shown.exit_code == 0, shown.output
+    (cli_run,) = json.loads(shown.output)["items"]
+    assert cli_run["status"] == "error" and "stopped renewing its lease" in cli_run["error"]
+    with race.saver() as saver:
+        page = TestClient(create_app(Inspector(saver), read_only=True)).get(
+            "/thread", params={"id": race.thread}
+        )
+        assert page.status_code == 200
+        assert 'class="status status-busy"' not in page.text
+        assert "<td>running</td>" not in page.text and "<td>error</td>" in page.text
+        assert saver.threads.get(race.thread).status == "idle"
+        assert saver.threads.search(status="busy", prefix=race.thread) == []
+        assert saver.threads.count(status="busy", prefix=race.thread) == 0
+        assert [t.thread_id for t in saver.threads.search(status="idle", prefix=race.thread)] == [
+            race.thread
+        ]
+        assert saver.threads.count(status="idle", prefix=race.thread) == 1
+        (record,) = saver.runs.list(race.thread)
+        assert (record.status, record.stopped_by) == ("error", "lease")
+        assert "stopped renewing its lease" in record.error
+        assert saver.runs.get(record.run_id) == record
+        # The inspector's runs table: run, status, strategy, ..., process, stopped by, error.
+        cells = [f"<td>{v}</td>" for v in (record.run_id, "error", "reject", record.holder,
+                                          "lease", html.escape(record.error))]  # fmt: skip
+        assert all(cell in page.text for cell in cells), page.text
+        assert saver.runs.list(race.thread, status="running") == []
+        assert saver.runs.cancel(thread_id=race.thread) == []  # nothing of it is active
+    # No reader wrote: the record is as the dead process left it.
+    assert stored_run_statuses(pg_url, race.thread) == ["running"]
+
+
+def test_the_thread_is_busy_exactly_while_a_runs_lease_is_live(pg_url: str) -> None:
+    """`busy` in threads.get, search and count while a saver.runs run holds the
+    thread with a live lease; not once the lease has lapsed (even before anyone
+    took the thread), and `busy` again when its process, only paused, renews
+    it, also after a put outside any run wrote the thread meanwhile."""
+    truncate(pg_url)
+    thread_id = "busy-t"
+    config = {"configurable": {"thread_id": thread_id}}
+    entered, release = threading.Event(), threading.Event()
+
+    def hold(msg: str) -> None:
+        if msg == "a":
+            entered.set()
+            release.wait(WAIT)
+
+    def busy(saver: Any) -> tuple[str, list[str], int]:
+        found = saver.threads.search(status="busy", prefix=thread_id)
+        return (saver.threads.get(thread_id).status, [t.thread_id for t in found],
+                saver.threads.count(status="busy", prefix=thread_id))  # fmt: skip
+
+    with ColosseumSaver.from_conn_string(pg_url, pool_size=4) as saver:
+        graph = echo_graph(saver, hold)
+        # A lease nobody renews during the test: its lapse is set below, by hand.
+        runs = saver.runs(graph, "reject", lease=timedelta(hours=1))
+        outcome: list[Any] = []
+        first = threading.Thread(
+            target=lambda: outcome.append(runs.invoke({"messages": ["a"]}, config))
+        )
+        first.start()
+        assert entered.wait(WAIT)
+        (running,) = saver.runs.list(thread_id)
+        assert busy(saver) == ("busy", [thread_id], 1)
+        assert running.status == "running"
+        with psycopg.connect(pg_url, autocommit=True) as conn:
+            conn.execute(
+                "UPDATE colosseum_threads SET run_lease_until = now() - interval '1 second' "
+                "WHERE thread_id = %s",
+                (thread_id,),
+            )
+        assert busy(saver) == ("idle", [], 0)
+        assert saver.runs.get(running.run_id).status == "error"
+        graph.invoke({"messages": ["p"]}, config)  # outside any run: the fence lets it write
+        assert busy(saver) == ("idle", [], 0)
+        saver._run(thread_ops.renew(thread_id, running.run_id, 3600))  # it was only paused
+        assert busy(saver) == ("busy", [thread_id], 1)
+        assert saver.runs.get(running.run_id).status == "running"
+        release.set()
+        first.join(WAIT)
+        assert outcome and outcome[0]["messages"][-1] == "a:answer", outcome
+        assert busy(saver) == ("idle", [], 0)
 
 
 # In-process: the asyncio driver, PgBouncer, and the guards' own tests.
@@ -434,6 +564,75 @@ async def test_async_enqueue_then_interrupt(pg_url: str) -> None:
         assert (await saver.runs.ajoin(last)).status == "success"
         assert (await runs.ajoin(last)).values["messages"][-1] == "d:answer"
         assert await runs.ajoin((await saver.runs.alist("async-t"))[3].run_id) is not None
+
+
+@pytest.mark.parametrize("kind", ["async", "blocking"])
+async def test_aget_and_acancel_are_the_awaitable_get_and_cancel(pg_url: str, kind: str) -> None:
+    """saver.runs.aget / acancel on both savers: the record as get reads it
+    (None for an unknown run; a run past its lease reads as error), and a
+    cancel by run id or by thread that stops what is active, and only that."""
+    truncate(pg_url)
+    saver_class = AsyncColosseumSaver if kind == "async" else ColosseumSaver
+
+    async def start(saver: Any, thread_id: str, run_id: str, lease: float = 60) -> None:
+        op = multitask.start(saver._store, thread_id, run_id, "enqueue", "elsewhere:9", lease, None)
+        if kind == "async":
+            await saver._arun(op)
+        else:
+            saver._run(op)
+
+    def opened() -> Any:
+        if kind == "async":
+            return AsyncColosseumSaver.from_conn_string(pg_url, pool_size=2)
+        return _Entered(ColosseumSaver.from_conn_string(pg_url, pool_size=2))
+
+    async with opened() as saver:
+        assert isinstance(saver, saver_class)
+        await start(saver, "twins-a", "ra1")
+        with psycopg.connect(pg_url, autocommit=True) as conn:  # queued behind ra1
+            conn.execute(
+                multitask.ENQUEUE,
+                {"thread_id": "twins-a", "run_id": "ra2", "holder": "elsewhere:9", "lease": 60},
+            )
+        assert await saver.runs.aget("nobody") is None
+        held = await saver.runs.aget("ra1")
+        assert (held.run_id, held.thread_id, held.status, held.holder) == (
+            "ra1", "twins-a", "running", "elsewhere:9")  # fmt: skip
+        assert (await saver.runs.aget("ra2")).status == "pending"
+        assert await saver.runs.acancel("ra2") == ["ra2"]
+        assert [(r.status, r.stopped_by) for r in [await saver.runs.aget("ra2")]] == [
+            ("interrupted", "cancel")]  # fmt: skip
+        assert await saver.runs.acancel("ra2") == []  # stopped already
+        assert await saver.runs.acancel(thread_id="twins-a") == ["ra1"]
+        assert (await saver.runs.aget("ra1")).status == "interrupted"
+        with pytest.raises(RunNotFoundError):
+            await saver.runs.acancel("nobody")
+        with pytest.raises(InvalidConfigError):
+            await saver.runs.acancel()
+        # A run whose lease lapsed reads as error, and there is nothing to cancel.
+        await start(saver, "twins-b", "rb1", lease=60)
+        with psycopg.connect(pg_url, autocommit=True) as conn:
+            conn.execute(
+                "UPDATE colosseum_threads SET run_lease_until = now() - interval '1 second' "
+                "WHERE thread_id = 'twins-b'"
+            )
+        lapsed = await saver.runs.aget("rb1")
+        assert (lapsed.status, lapsed.stopped_by) == ("error", "lease")
+        assert await saver.runs.acancel(thread_id="twins-b") == []
+        assert await saver.runs.acancel("rb1") == []
+
+
+class _Entered:
+    """A blocking saver's context manager, entered with `async with`."""
+
+    def __init__(self, context: Any) -> None:
+        self._context = context
+
+    async def __aenter__(self) -> Any:
+        return self._context.__enter__()
+
+    async def __aexit__(self, *exc: object) -> None:
+        self._context.__exit__(*exc)
 
 
 def test_enqueue_through_pgbouncer_polls(pg_url: str, bouncer_url: str) -> None:

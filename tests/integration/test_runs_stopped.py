@@ -539,17 +539,43 @@ def test_a_rollback_after_a_rekey_puts_back_values_sealed_with_the_new_key(pg_ur
             assert set_by_callers(new, thread_id) == {"topic": "zero"}
 
 
-@pytest.mark.parametrize("observed", [False, True], ids=["unobserved", "observed"])
-def test_a_rollback_of_a_lapsed_run_does_not_depend_on_who_looked_first(
-    pg_url: str, observed: bool
+def settled_by_older_code(url: str, thread_id: str, run_id: str) -> None:
+    """What a reader of older code (saver.runs.get / list, before the records
+    were read as of their lease) wrote on reading a run past its lease: the
+    record `error`, stopped by "lease", and the thread let go."""
+    with psycopg.connect(url, autocommit=True) as conn, conn.transaction():
+        conn.execute(
+            "UPDATE colosseum_runs SET status = 'error', stopped_by = 'lease', "
+            "ended_at = clock_timestamp(), lease_until = NULL, error = %s "
+            "WHERE thread_id = %s AND run_id = %s AND status = 'running'",
+            (multitask.LEASE_LAPSED, thread_id, run_id),
+        )
+        conn.execute(
+            "UPDATE colosseum_threads SET run_owner = NULL, run_lease_until = NULL, "
+            "status = 'idle' WHERE thread_id = %s AND run_owner = %s",
+            (thread_id, run_id),
+        )
+
+
+@pytest.mark.parametrize("looked", ["unread", "read", "settled-by-older-code"])
+@pytest.mark.parametrize(
+    "strategy, told", [("rollback", RunRolledBackError), ("interrupt", RunInterruptedError)]
+)
+def test_a_lapsed_run_overtaken_is_stopped_as_a_live_one_whoever_looked_first(
+    pg_url: str, looked: str, strategy: str, told: type
 ) -> None:
     """A run paused past its lease (a GC pause, SIGSTOP, a slow call) and then
-    overtaken by a `rollback` run is rolled back, and its caller told so,
-    whether or not a reader of the run records (`runs.get`, `runs.list`, a
-    UI polling them) settled it as `error` first: settling lets go of the
-    thread, and the take that followed used to find no holder to stop."""
+    overtaken by a `rollback` or `interrupt` run is stopped as a live one is:
+    rolled back, or kept up to its last stored step, its record `rolled_back`
+    or `interrupted` and stopped by the new run, and its caller told exactly
+    that. Whether nobody read its record before (`unread`), every reader did
+    (`read`: they show it as `error`, and write nothing), or a reader of older
+    code settled it (`settled-by-older-code`: it let go of the thread, and the
+    take used to find no holder to stop)."""
+    from langgraph_colosseum.inspection import Inspector
+
     truncate(pg_url)
-    thread_id = new_thread("lapsed-rb")
+    thread_id = new_thread(f"lapsed-{strategy}")
     holds = {"qa": (threading.Event(), threading.Event())}
     config = {"configurable": {"thread_id": thread_id}}
     with worker(pg_url, hot=False) as saver:
@@ -566,12 +592,26 @@ def test_a_rollback_of_a_lapsed_run_does_not_depend_on_who_looked_first(
                 "WHERE thread_id = %s",
                 (thread_id,),
             )
-        if observed:
-            assert saver.runs.get(a_run.run_id).status == "error"  # settled by the read
-        result = runs.invoke({"messages": ["qb"]}, config, multitask_strategy="rollback")
+        if looked == "read":
+            seen = saver.runs.get(a_run.run_id)
+            assert (seen.status, seen.stopped_by) == ("error", "lease")
+            assert [r.status for r in saver.runs.list(thread_id)] == ["success", "error"]
+            assert saver.threads.get(thread_id).status == "idle"
+            shown = Inspector(saver).runs(thread_id)["runs"]
+            assert [r["status"] for r in shown] == ["success", "error"]
+        elif looked == "settled-by-older-code":
+            settled_by_older_code(pg_url, thread_id, a_run.run_id)
+        result = runs.invoke({"messages": ["qb"]}, config, multitask_strategy=strategy)
         holds["qa"][1].set()
         a.join(WAIT)
-        assert isinstance(outcome[0], RunRolledBackError), outcome
-        assert result["messages"] == ["q0", "q0:answer", "qb", "qb:answer"]
-        assert saver.runs.get(a_run.run_id).status == "rolled_back"
-        assert traces(pg_url, thread_id, "qa") == []
+        assert type(outcome[0]) is told, outcome
+        b_run = saver.runs.list(thread_id)[-1]
+        assert outcome[0].stopped_by == b_run.run_id
+        stopped = saver.runs.get(a_run.run_id)
+        final = {"rollback": "rolled_back", "interrupt": "interrupted"}[strategy]
+        assert (stopped.status, stopped.stopped_by, stopped.error) == (final, b_run.run_id, None)
+        assert outcome[0].status == final
+        kept = {"rollback": [], "interrupt": ["qa"]}[strategy]
+        assert result["messages"] == ["q0", "q0:answer", *kept, "qb", "qb:answer"]
+        if strategy == "rollback":
+            assert traces(pg_url, thread_id, "qa") == []
