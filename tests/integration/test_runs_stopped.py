@@ -14,15 +14,16 @@ from typing import Annotated, Any
 
 import psycopg
 import pytest
+import redis
 from langgraph.graph import END, START, StateGraph
 from langgraph.types import Command, interrupt
 from typing_extensions import TypedDict
 
 from langgraph_colosseum import ColosseumSaver, Encryption
 from langgraph_colosseum._core import multitask
-from langgraph_colosseum._core.io import Query
+from langgraph_colosseum._core.io import Query, Transaction
 from langgraph_colosseum.errors import RunInterruptedError, RunRolledBackError
-from tests.conftest import truncate
+from tests.conftest import CACHE_PREFIX, redis_url, truncate
 from tests.integration.test_encryption import KEY_1, KEY_2
 from tests.integration.test_guards import Once, new_thread, worker
 
@@ -615,3 +616,86 @@ def test_a_lapsed_run_overtaken_is_stopped_as_a_live_one_whoever_looked_first(
         assert result["messages"] == ["q0", "q0:answer", *kept, "qb", "qb:answer"]
         if strategy == "rollback":
             assert traces(pg_url, thread_id, "qa") == []
+
+
+def _in_redis(thread_id: str, text: str) -> list[str]:
+    """The Redis keys of `thread_id` whose contents hold `text`."""
+    client = redis.Redis.from_url(redis_url())
+    try:
+        return [
+            repr(key)
+            for key in client.scan_iter(match=f"{CACHE_PREFIX}*{thread_id}*", count=1000)
+            if client.type(key) == b"hash"
+            and text.encode() in b"".join(k + v for k, v in client.hgetall(key).items())
+        ]
+    finally:
+        client.close()
+
+
+def _before_rollbacks_due(request: Any) -> bool:
+    return isinstance(request, Query) and request.sql == multitask.ROLLBACKS_DUE
+
+
+def _before_recording_rolled_back(request: Any) -> bool:
+    """The rollback's last step: its rows are deleted, its record not yet `rolled_back`."""
+    return isinstance(request, Transaction) and any(
+        query.sql == multitask.ROLLED_BACK for query in request.queries
+    )
+
+
+@pytest.mark.parametrize("hot", [False, True], ids=["postgres", "redis"])
+@pytest.mark.parametrize(
+    "stopped_at",
+    [_before_rollbacks_due, _before_recording_rolled_back],
+    ids=["before-its-delete", "after-its-delete"],
+)
+def test_a_rollback_stopped_midway_is_finished_by_the_run_that_takes_the_thread_next(
+    pg_url: str, hot: bool, stopped_at: Any
+) -> None:
+    """README: "A rollback stopped midway is finished by whichever run takes the
+    thread next, before that run reads the state." B takes the thread from A to
+    roll it back; at `stopped_at` (B's rollback not begun, or its rows deleted
+    and its record not yet written), C takes the thread from B with
+    `interrupt` and runs to its end. C must start from the state before A,
+    nothing of A may be readable anywhere (Postgres, Redis, get_state), A's
+    caller is told it was rolled back, and B's that it was interrupted."""
+    thread_id = new_thread("midway")
+    config = {"configurable": {"thread_id": thread_id}}
+    holds = {"qa-midway": (threading.Event(), threading.Event())}
+    with (
+        worker(pg_url, hot=hot) as first,
+        worker(pg_url, hot=hot) as second,
+        worker(pg_url, hot=hot) as third,
+    ):
+        runs_a = first.runs(held_graph(first, holds), "reject")
+        runs_a.invoke({"messages": ["q0"]}, config, durability="sync")
+        outcome_a: list[Any] = []
+        a = in_thread(
+            lambda: runs_a.invoke({"messages": ["qa-midway"]}, config, durability="sync"),
+            outcome_a,
+        )
+        assert holds["qa-midway"][0].wait(WAIT)  # A has stored its input, and waits
+        outcome_c: list[Any] = []
+
+        def c_takes_the_thread() -> None:
+            runs_c = third.runs(held_graph(third, {}), "interrupt")
+            outcome_c.append(runs_c.invoke({"messages": ["qc"]}, config))
+
+        second.before = hook = Once(stopped_at, c_takes_the_thread)
+        runs_b = second.runs(held_graph(second, {}), "rollback")
+        with pytest.raises(RunInterruptedError):
+            runs_b.invoke({"messages": ["qb"]}, config)
+        second.before = None
+        holds["qa-midway"][1].set()
+        a.join(WAIT)
+
+        assert hook.fired
+        assert isinstance(outcome_a[0], RunRolledBackError), outcome_a
+        assert outcome_c == [{"messages": ["q0", "q0:answer", "qc", "qc:answer"]}]
+        assert runs_a.get_state(config).values["messages"] == ["q0", "q0:answer", "qc", "qc:answer"]
+        history = [s.values.get("messages") for s in runs_a.graph.get_state_history(config)]
+        assert not any("qa-midway" in repr(m) for m in history)
+        assert traces(pg_url, thread_id, "qa-midway") == []
+        assert _in_redis(thread_id, "qa-midway") == []
+        status = {r.run_id: r.status for r in first.runs.list(thread_id)}
+        assert sorted(status.values()) == ["interrupted", "rolled_back", "success", "success"]
