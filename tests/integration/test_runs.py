@@ -12,12 +12,16 @@ without the Redis hot head. Every run sends one message; the graph appends
 * rollback: nothing of the first run remains, in Postgres or Redis;
 * eight processes racing to one thread under each strategy: every accepted
   message is on the head's branch, whole and in one piece (no lost update),
-  and every refused one is reported to its sender and leaves no trace.
+  and every refused one is reported to its sender and leaves no trace; and
+  they did race (a refusal, or a run queued while another ran);
+* eight waiters in eight processes drain in arrival order, each waking only
+  for its own turn: at most two TAKEs and one listening connection each.
 """
 
 from __future__ import annotations
 
 import asyncio
+import itertools
 import json
 import operator
 import os
@@ -292,6 +296,13 @@ def test_eight_processes_race_to_one_thread(
         "rollback": {"RunRolledBackError"},
     }[strategy]
     assert {outcome[m] for m in refused} <= expected_refusal, outcome
+    # And they raced: runs that went one after another would pass the rest.
+    if strategy == "enqueue":
+        by_seq = sorted(records.values(), key=lambda r: r.seq)
+        waited = [b for a, b in itertools.pairwise(by_seq) if b.created_at < a.ended_at]
+        assert waited, "no run was queued while another ran"
+    else:
+        assert refused, f"no run was refused: {outcome}"
     if strategy in ("reject", "rollback"):
         # Never written (reject), or deleted (rollback): nowhere, Redis included.
         assert head == [line for m in sorted(accepted, key=head.index) for line in turn(m)]
