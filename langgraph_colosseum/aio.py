@@ -19,9 +19,9 @@ from langgraph_colosseum._core import threads as threads_ops
 from langgraph_colosseum._core.crypt import Encryption
 from langgraph_colosseum._core.hot import DEFAULT_HOT_TTL, KEY_PREFIX
 from langgraph_colosseum._core.io import (
-    AwaitNotify,
     CacheCall,
     CacheDrop,
+    Listen,
     Operation,
     Query,
     Request,
@@ -44,7 +44,7 @@ from langgraph_colosseum._driver import (
     never_connected,
     schema_errors,
 )
-from langgraph_colosseum._notify import aawait_notify
+from langgraph_colosseum._notify import alisten
 from langgraph_colosseum._pool import (
     AsyncStampingConnectionPool,
     PoolSettings,
@@ -228,8 +228,8 @@ class AsyncColosseumSaver(ColosseumSaverBase[AsyncThreads]):
         if isinstance(request, (CacheCall, CacheDrop)):
             assert self.cache is not None
             return await self.cache.perform(request)
-        if isinstance(request, AwaitNotify):
-            return await aawait_notify(self, request)
+        if isinstance(request, Listen):
+            return await alisten(self, request)
         broken = conflicts = 0
         while True:
             conn = None

@@ -21,7 +21,7 @@ from langgraph_colosseum._core import io
 from langgraph_colosseum._core import threads as threads_ops
 from langgraph_colosseum._core.crypt import Encryption
 from langgraph_colosseum._core.hot import DEFAULT_HOT_TTL, KEY_PREFIX
-from langgraph_colosseum._core.io import AwaitNotify, CacheCall, CacheDrop, Operation, Request
+from langgraph_colosseum._core.io import CacheCall, CacheDrop, Listen, Operation, Request
 from langgraph_colosseum._core.shapes import DEFAULT_SNAPSHOT_EVERY
 from langgraph_colosseum._core.store import DEFAULT_PAGE_SIZE
 from langgraph_colosseum._core.threads import Retention
@@ -37,7 +37,7 @@ from langgraph_colosseum._driver import (
     perform,
     probe,
 )
-from langgraph_colosseum._notify import await_notify
+from langgraph_colosseum._notify import listen
 from langgraph_colosseum._pool import (
     PoolSettings,
     StampingConnectionPool,
@@ -236,8 +236,8 @@ class ColosseumSaver(ColosseumSaverBase[Threads]):
         if isinstance(request, (CacheCall, CacheDrop)):
             assert self.cache is not None
             return self.cache.perform(request)
-        if isinstance(request, AwaitNotify):
-            return await_notify(self, request)
+        if isinstance(request, Listen):
+            return listen(self, request)
         broken = conflicts = 0
         while True:
             conn = None

@@ -42,6 +42,7 @@ RECOVERY = "tests/integration/test_recovery.py"
 STORE_HOT = "tests/integration/test_store_hot.py"
 RUNS = "tests/integration/test_runs.py"
 RUNS_STOPPED = "tests/integration/test_runs_stopped.py"
+RUNS_QUEUE = "tests/integration/test_runs_queue.py"
 DELETED = "tests/integration/test_deleted_stays_deleted.py"
 ENCRYPTION_TESTS = "tests/integration/test_encryption_everywhere.py"
 STATE_VERSIONS = "tests/integration/test_state_versions.py"
@@ -1271,11 +1272,52 @@ GUARDS: list[Guard] = [
         tests=(f"{LOST_REPLIES}::test_a_run_whose_finish_reply_was_lost_ends_as_success",),
     ),
     Guard(
-        name="lost reply: a queued run's TAKE on a broken LISTEN connection is retried",
+        name="runs queue: a release tells the first in line its turn, and nobody else",
+        file="langgraph_colosseum/_core/multitask.py",
+        original="    ORDER BY r.seq\n    LIMIT 1\n)\nSELECT pg_notify(",
+        mutant="    ORDER BY r.seq\n)\nSELECT pg_notify(",
+        tests=(f"{RUNS}::test_a_queue_of_eight_drains_in_arrival_order_waking_only_the_next",),
+    ),
+    Guard(
+        name="runs queue: FINISH tells the next in line",
+        file="langgraph_colosseum/_core/multitask.py",
+        original="(Query(FINISH, params), Query(RELEASE, params, fetch=False), Query(WAKE, tell))",
+        mutant=(
+            "(Query(FINISH, params), Query(RELEASE, params, fetch=False), "
+            'Query(WAKE, {"thread_id": None, "ended": []}))'
+        ),
+        tests=(f"{RUNS_QUEUE}::test_a_release_tells_the_first_live_waiter_past_a_dead_one",),
+    ),
+    Guard(
+        name="runs queue: a release passes over a queued run whose place lapsed",
+        file="langgraph_colosseum/_core/multitask.py",
+        original=(
+            "    WHERE r.thread_id = %(thread_id)s AND r.status = 'pending' AND r.lease_until > now()\n"
+            "      AND EXISTS (\n"
+        ),
+        mutant="    WHERE r.thread_id = %(thread_id)s AND r.status = 'pending'\n      AND EXISTS (\n",
+        tests=(f"{RUNS_QUEUE}::test_a_release_tells_the_first_live_waiter_past_a_dead_one",),
+    ),
+    Guard(
+        name="runs queue: a run leaving the queue holds the thread row before it tells the next",
+        file="langgraph_colosseum/_core/multitask.py",
+        original="            Query(LOCK_THREAD, params),  # see WAKE\n",
+        mutant="",
+        tests=(f"{RUNS_QUEUE}::test_a_waiter_leaving_as_the_holder_lets_go_leaves_the_next_told",),
+    ),
+    Guard(
+        name="runs queue: a cancel tells the cancelled waiter on its own channel",
+        file="langgraph_colosseum/_core/multitask.py",
+        original='        Query(WAKE, {"thread_id": thread_id, "ended": ids}),\n',
+        mutant="",
+        tests=(f"{RUNS_STOPPED}::test_a_waiter_cancelled_while_it_sleeps_is_told_at_once",),
+    ),
+    Guard(
+        name="runs queue: a waiter whose listening connection broke listens again",
         file="langgraph_colosseum/_notify.py",
-        original="return saver._perform(request.request)",
-        mutant="raise",
-        tests=(f"{LOST_REPLIES}::test_a_run_whose_take_reply_was_lost_runs",),
+        original="            self.close()\n            self.open()\n",
+        mutant="            self.close()\n",
+        tests=(f"{RUNS_QUEUE}::test_a_waiter_whose_listening_connection_breaks_listens_again",),
     ),
     Guard(
         name="retention: a read the Redis head serves pushes the expiry back",

@@ -12,7 +12,8 @@ operation that pauses (a `list` being iterated slowly) holds no connection.
 * `Sleep`: a pause (polling another worker); the runners below do it themselves.
 * `RunTool`: run a tool call; only IdempotentToolNode's drivers take it.
 * `CacheCall` / `CacheDrop`: the Redis hot head (see hot.py); never raise.
-* `AwaitNotify`: a request, then a wait for another process's NOTIFY (multitask.py).
+* `Listen` / `AwaitNotify`: an operation run while listening for another
+  process's NOTIFY, and its waits for one (multitask.py).
 """
 
 from __future__ import annotations
@@ -83,22 +84,28 @@ class CacheDrop(NamedTuple):
     keys: tuple[str, ...]
 
 
-class AwaitNotify(NamedTuple):
-    """Perform `request`; unless `done(result)`, wait up to `seconds` for a NOTIFY
-    on `channel` whose payload is `key`. The result is `request`'s (from before
-    the wait): the operation asks again.
+class Listen(NamedTuple):
+    """Run the operation `op` while listening on `channel`; the result is `op`'s.
 
-    The driver LISTENs on a connection of its own before performing `request`
-    on it, so a notification sent after `request` saw "not yet" is never
-    missed. Where LISTEN cannot be used (pgbouncer=True, a saver on one
-    connection) it performs `request` as usual and sleeps `POLL_SECONDS` (or
-    `seconds`, if shorter) instead.
+    The driver opens one connection of its own, LISTENs on it before `op`
+    begins, and keeps it until `op` ends, however it ends: every `AwaitNotify`
+    of `op` waits on it. `op`'s other requests go as usual (through the pool).
+    A notification sent after `op` asked a question and before its next wait
+    is kept on that connection, so the wait after "not yet" never misses it.
+    Where LISTEN cannot be used (pgbouncer=True, a saver on one connection,
+    or the connection could not be opened: logged as a warning) each wait
+    polls: it sleeps `POLL_SECONDS`, or its `seconds` if shorter.
     """
 
     channel: str
-    key: str
-    request: Query | Transaction
-    done: Callable[[Any], bool]
+    op: Generator[Any, Any, Any]
+
+
+class AwaitNotify(NamedTuple):
+    """Inside a `Listen`: wait until a NOTIFY on its channel has come since the
+    last wait (or since listening began), or `seconds` have passed. The result
+    is None: the operation asks its question again either way."""
+
     seconds: float
 
 
@@ -117,7 +124,9 @@ class Overran(Exception):
     """A tool call ran past its timeout (the outcome of a `RunTool`)."""
 
 
-Request = Query | Transaction | Emit | Sleep | RunTool | CacheCall | CacheDrop | AwaitNotify
+Request = (
+    Query | Transaction | Emit | Sleep | RunTool | CacheCall | CacheDrop | Listen | AwaitNotify
+)
 Operation = Generator[Request, Any, T]
 
 
@@ -153,6 +162,12 @@ def single(request: Request) -> Operation[Any]:
 def run(op: Operation[T], perform: Callable[[Request], Any]) -> T:
     if observer is not None:
         op, perform = observer(op, perform, False)
+    return drive(op, perform)
+
+
+def drive(op: Operation[T], perform: Callable[[Request], Any]) -> T:
+    """`run` unobserved: for an operation run inside a request of another
+    (`Listen`), whose span and duration already hold it."""
     result = None
     while True:
         try:
@@ -187,6 +202,11 @@ def stream(op: Operation[Any], perform: Callable[[Request], Any]) -> Iterator[An
 async def arun(op: Operation[T], perform: Callable[[Request], Awaitable[Any]]) -> T:
     if observer is not None:
         op, perform = observer(op, perform, True)
+    return await adrive(op, perform)
+
+
+async def adrive(op: Operation[T], perform: Callable[[Request], Awaitable[Any]]) -> T:
+    """`arun` unobserved (see `drive`)."""
     result = None
     while True:
         try:

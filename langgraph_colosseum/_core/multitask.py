@@ -11,10 +11,14 @@ The four `multitask_strategy` values are four ways of taking the thread:
   it; else ThreadBusyError, and nothing is recorded or written.
 * `enqueue`: record the run as `pending` first (its `seq` is its place in the
   queue), then take the thread once it is free and no live pending run
-  arrived before it. Waiters sleep on LISTEN/NOTIFY (`AwaitNotify`): a run
-  that lets go notifies the thread's waiters, and each also wakes every
-  third of its lease to renew its place (a waiter whose process died loses
-  its place when its lease lapses, and never blocks the queue).
+  arrived before it. Waiters sleep on LISTEN/NOTIFY (`Listen`), each on a
+  channel of its own run's: whatever lets go of the thread or leaves the
+  queue notifies the one run whose turn it then is (WAKE), and nobody else.
+  Each waiter also wakes every third of its lease to renew its place: a
+  waiter whose process died loses its place when its lease lapses, and the
+  next in line, at its next renewal, finds nobody live before it and goes
+  (also when the dead one had been told its turn: a dead waiter holds the
+  queue for its lease and a third of the next one's at most).
 * `interrupt`: take the thread whoever holds it. The holder's token is
   superseded in the same transaction, so its next write (its next step
   boundary) is refused and its caller gets RunInterruptedError; its steps
@@ -31,18 +35,19 @@ which waits for the puts in flight that hold it FOR KEY SHARE: a put either
 committed before the take (and is kept, or rolled back) or is judged against
 the new owner (and refused). Nothing here holds a session: no advisory lock,
 no prepared statement, so it works through PgBouncer in transaction mode
-(where LISTEN cannot be used and waiters poll instead, see `AwaitNotify`).
+(where LISTEN cannot be used and waiters poll instead, see `Listen`).
 """
 
 from __future__ import annotations
 
+import hashlib
 import time
 from collections.abc import Sequence
 from dataclasses import dataclass
 from datetime import datetime
 from typing import Any, Literal
 
-from langgraph_colosseum._core.io import AwaitNotify, Operation, Query, Request, Transaction
+from langgraph_colosseum._core.io import AwaitNotify, Listen, Operation, Query, Transaction
 from langgraph_colosseum._core.keys import checked_key
 from langgraph_colosseum._core.threads import RELEASE
 from langgraph_colosseum.errors import (
@@ -59,8 +64,22 @@ STRATEGIES: tuple[str, ...] = ("reject", "enqueue", "interrupt", "rollback")
 STATUSES = ("pending", "running", "success", "error", "interrupted", "rolled_back")
 FINAL_STATUSES = frozenset(("success", "error", "interrupted", "rolled_back"))
 
-# The one NOTIFY channel; the payload is the thread id whose holder let go.
+# The channel of the whole database, the payload the thread id whose holder let
+# go: what queued runs and joins of older code wait on (one wake-up per waiter
+# and release). Still notified, so that they are woken during an upgrade; this
+# code listens on the channel of its own run (run_channel) instead.
 CHANNEL = "colosseum_runs"
+
+
+def run_channel(run_id: str) -> str:
+    """The NOTIFY channel of one run: its turn in the queue, its cancel, its end.
+
+    A hash (channel names stop at 63 bytes); `_RUN_CHANNEL` is the same in SQL.
+    """
+    return "colosseum_run_" + hashlib.sha256(run_id.encode()).hexdigest()[:40]
+
+
+_RUN_CHANNEL = "'colosseum_run_' || left(encode(sha256(convert_to({}, 'UTF8')), 'hex'), 40)"
 
 LEASE_LAPSED = (
     "its process stopped renewing its lease (it died, or was paused longer than the "
@@ -333,6 +352,32 @@ RETURNING run_id
 
 NOTIFY = "SELECT pg_notify(%(channel)s, %(thread_id)s)"
 
+# Last in a transaction that lets go of the thread or takes runs out of the
+# queue (FINISH, a run leaving the queue, CANCEL), and after its statements
+# that did: each run that `ended` is told on its own channel (its join waits
+# there; a cancelled waiter learns it at once), and so is the first live
+# queued run, when the thread is free: its turn has come. Only that one asks
+# for the thread; the others sleep on. Each of those transactions holds the
+# thread row first (LOCK_THREAD, or RELEASE's update), so of two that change
+# the queue or the thread at once, the second sees what the first did: the
+# one whose turn it is never goes untold. A queued run whose place lapsed
+# (its process died) is passed over; one that dies after it was told holds
+# the queue only until its place lapses (see `enqueue` above).
+WAKE = f"""
+WITH next AS (
+    SELECT r.run_id FROM colosseum_runs r
+    WHERE r.thread_id = %(thread_id)s AND r.status = 'pending' AND r.lease_until > now()
+      AND EXISTS (
+          SELECT 1 FROM colosseum_threads t
+          WHERE t.thread_id = %(thread_id)s
+            AND (t.run_owner IS NULL OR t.run_lease_until IS NULL OR t.run_lease_until < now()))
+    ORDER BY r.seq
+    LIMIT 1
+)
+SELECT pg_notify({_RUN_CHANNEL.format("told.run_id")}, '')
+FROM (SELECT run_id FROM next UNION SELECT unnest(%(ended)s::text[])) AS told
+"""
+
 
 @dataclass(frozen=True)
 class RunInfo:
@@ -382,6 +427,36 @@ def _decided(result: Any) -> bool:
     return token is not None or my_status not in (None, "pending")
 
 
+def _queued(take: Transaction, lease_seconds: float, deadline: float | None) -> Operation[Any]:
+    """A queued run's wait, run inside `Listen` on its own channel: TAKE when it
+    arrives, again when told its turn has come (WAKE) and at least every third
+    of its lease (each TAKE renews its place), until it is decided or its
+    `deadline` (time.monotonic()) has passed; the last TAKE's result."""
+    while True:
+        result = yield take
+        if _decided(result):
+            return result
+        wait = lease_seconds / 3
+        if deadline is not None:
+            wait = min(wait, deadline - time.monotonic())
+            if wait <= 0:
+                return result
+        yield AwaitNotify(wait)
+
+
+def _leave(params: dict[str, Any]) -> Transaction:
+    """A queued run gives up its place (GIVE_UP), and whoever's turn that makes is told."""
+    tell = {"thread_id": params["thread_id"], "ended": [params["run_id"]]}
+    return Transaction(
+        (
+            Query(LOCK_THREAD, params),  # see WAKE
+            Query(GIVE_UP, params, fetch=False),
+            Query(NOTIFY, {"channel": CHANNEL, "thread_id": params["thread_id"]}),
+            Query(WAKE, tell),
+        )
+    )
+
+
 def start(
     store: Any,
     thread_id: str,
@@ -413,37 +488,22 @@ def start(
             Query(TAKE, params),
         )
     )
-    deadline = None
     if strategy == "enqueue":
         yield Query(ENQUEUE, params, fetch=False)
-        if queue_timeout is not None:
-            deadline = time.monotonic() + queue_timeout
-    while True:
-        if strategy == "enqueue":
-            # A place is renewed at every TAKE: wake at least every third of the lease.
-            wait = lease_seconds / 3
-            if deadline is not None:
-                wait = max(0.0, min(wait, deadline - time.monotonic()))
-            result = yield AwaitNotify(CHANNEL, thread_id, take, _decided, wait)
-        else:
-            result = yield take
-        token, stopped, _, my_status, again = result[-1][0]
-        if token is not None:
-            break
+        deadline = None if queue_timeout is None else time.monotonic() + queue_timeout
+        result = yield Listen(run_channel(run_id), _queued(take, lease_seconds, deadline))
+    else:
+        result = yield take
+    token, stopped, _, my_status, again = result[-1][0]
+    if token is None:
         if strategy != "enqueue":
             raise ThreadBusyError(thread_id)
         if my_status not in (None, "pending"):  # cancelled, or given up by the sweep
             row = yield Query(GET, {"run_id": run_id})
             raise stopped_error(thread_id, run_id, my_status, row[0][9] if row else None)
-        if deadline is not None and time.monotonic() >= deadline:
-            yield Transaction(
-                (
-                    Query(GIVE_UP, {**params, "error": f"timed out after {queue_timeout:g} s "
-                                    "in the queue; it never ran"}, fetch=False),
-                    Query(NOTIFY, {"channel": CHANNEL, "thread_id": thread_id}),
-                )
-            )  # fmt: skip
-            raise RunQueueTimeoutError(thread_id, run_id, queue_timeout or 0.0)
+        why = f"timed out after {queue_timeout:g} s in the queue; it never ran"
+        yield _leave({**params, "error": why})
+        raise RunQueueTimeoutError(thread_id, run_id, queue_timeout or 0.0)
     due = yield Query(ROLLBACKS_DUE, {"thread_id": thread_id})
     if due:
         # The stopped runs' puts after the take are refused by the fence; the
@@ -474,8 +534,7 @@ def start(
 def leave_queue(thread_id: str, run_id: str, why: str) -> Operation[None]:
     """A queued run whose caller stopped waiting (cancelled, interrupted) leaves
     the queue now, rather than blocking the runs behind it until its lease lapses."""
-    params = {"thread_id": thread_id, "run_id": run_id, "error": why, "channel": CHANNEL}
-    yield Transaction((Query(GIVE_UP, params, fetch=False), Query(NOTIFY, params)))
+    yield _leave({"thread_id": thread_id, "run_id": run_id, "error": why})
 
 
 def finish(
@@ -495,7 +554,10 @@ def finish(
         "channel": CHANNEL,
         "owner": run_id,
     }
-    rows, _ = yield Transaction((Query(FINISH, params), Query(RELEASE, params, fetch=False)))
+    tell = {"thread_id": thread_id, "ended": [run_id]}
+    rows, _, _ = yield Transaction(
+        (Query(FINISH, params), Query(RELEASE, params, fetch=False), Query(WAKE, tell))
+    )
     ended, stored, by, _ = rows[0]
     return bool(ended), stored, by
 
@@ -532,6 +594,7 @@ def cancel(thread_id: str, run_id: str | None) -> Operation[list[str]]:
         Query(CANCEL, params),
         *(Query(RELEASE, {"thread_id": thread_id, "owner": i}, fetch=False) for i in ids),
         Query(NOTIFY, params),
+        Query(WAKE, {"thread_id": thread_id, "ended": ids}),
     ]
     results = yield Transaction(tuple(queries))
     return [row[0] for row in results[1]]
@@ -542,22 +605,30 @@ def join(run_id: str, timeout: float | None, poll_seconds: float = 5.0) -> Opera
     info = yield from get(run_id)
     if info is None:
         raise RunNotFoundError(run_id)
+    if info.status in FINAL_STATUSES:
+        return info
     deadline = None if timeout is None else time.monotonic() + timeout
-    lookup: Request = Query(GET, {"run_id": run_id})
-    while info.status not in FINAL_STATUSES:
+    return (yield Listen(run_channel(run_id), _joined(info, timeout, deadline, poll_seconds)))
+
+
+def _joined(
+    info: RunInfo, timeout: float | None, deadline: float | None, poll_seconds: float
+) -> Operation[RunInfo]:
+    """A join's wait, inside `Listen` on its run's channel: read the record, and
+    again when the run ends (FINISH, a cancel, leaving the queue: WAKE) or every
+    `poll_seconds` (a run whose process died is told nothing: `get` settles it)."""
+    run_id = info.run_id
+    while True:
+        found = yield from get(run_id)
+        assert found is not None
+        if found.status in FINAL_STATUSES:
+            return found
         wait = poll_seconds
         if deadline is not None:
             wait = min(wait, deadline - time.monotonic())
             if wait <= 0:
                 raise TimeoutError(
-                    f"run {run_id!r} on thread {info.thread_id!r} is still {info.status} "
+                    f"run {run_id!r} on thread {info.thread_id!r} is still {found.status} "
                     f"after {timeout:g} s"
                 )
-        yield AwaitNotify(CHANNEL, info.thread_id, lookup, _ended, wait)
-        info = yield from get(run_id)
-        assert info is not None
-    return info
-
-
-def _ended(result: Any) -> bool:
-    return bool(result) and result[0][3] in FINAL_STATUSES
+        yield AwaitNotify(wait)

@@ -10,7 +10,10 @@ Commands:
   is START -> think -> answer -> END, appending ``msg:think``, ``msg:answer``;
   with "gate", `answer` prints ``{"event": "entered", "msg": msg}`` and waits
   for the gate named `msg` to open. Prints ``{"event": "done", "id": ...,
-  "outcome": "success" | <exception class>, "run_id": ...}``.
+  "outcome": "success" | <exception class>, "run_id": ..., "takes": n,
+  "connections": n}``: the TAKEs the run sent to Postgres (retries included)
+  and the connections its own thread opened (a pool opens its own in threads
+  of its own: not counted), once its saver was made.
 * ``{"cmd": "open", "name": ...}``: open a gate or barrier.
 
 Savers are made once per (url, redis) and kept: a test pays for the process
@@ -26,14 +29,17 @@ import sys
 import threading
 import traceback
 import uuid
-from collections import defaultdict
+from collections import Counter, defaultdict
 from datetime import timedelta
 from typing import Annotated, Any
 
+import psycopg
 from langgraph.graph import END, START, StateGraph
 from typing_extensions import TypedDict
 
-from langgraph_colosseum import ColosseumSaver
+from langgraph_colosseum import ColosseumSaver, _driver
+from langgraph_colosseum._core import multitask
+from langgraph_colosseum._core.io import Query, Transaction
 
 GATE_SECONDS = 60
 # What a run may be told under a multitask strategy; anything else is a bug: printed.
@@ -47,6 +53,34 @@ class Chat(TypedDict):
 _print_lock = threading.Lock()
 _gates: defaultdict[str, threading.Event] = defaultdict(threading.Event)
 _savers: dict[str, Any] = {}
+
+
+# What a run costs Postgres, counted where every statement and connection of
+# this process passes (a counter in front of the real call, nothing replaced).
+_takes: Counter[str] = Counter()
+_connections: Counter[str] = Counter()
+_counting = threading.local()  # .run: the run id this thread runs, once its saver is made
+_send, _connect = _driver._perform, psycopg.Connection.connect.__func__
+
+
+def _counted_send(conn: Any, request: Any) -> Any:
+    queries = request.queries if isinstance(request, Transaction) else (request,)
+    for query in queries:
+        if isinstance(query, Query) and query.sql == multitask.TAKE:
+            _takes[query.params["run_id"]] += 1
+    return _send(conn, request)
+
+
+def _counted_connect(cls: Any, *args: Any, **kwargs: Any) -> Any:
+    run = getattr(_counting, "run", None)
+    if run is not None:
+        _connections[run] += 1
+    return _connect(cls, *args, **kwargs)
+
+
+_driver._perform = _counted_send
+psycopg.Connection.connect = classmethod(_counted_connect)  # type: ignore[method-assign]
+psycopg.connect = psycopg.Connection.connect
 
 
 def say(**event: Any) -> None:
@@ -95,6 +129,7 @@ def run(command: dict) -> None:
             command["strategy"],
             lease=timedelta(seconds=command.get("lease", 30)),
         )
+        _counting.run = run_id
         if command.get("barrier"):
             say(event="ready", id=command["id"])
             _gates[command["barrier"]].wait(GATE_SECONDS)
@@ -105,7 +140,9 @@ def run(command: dict) -> None:
         outcome = type(exc).__name__
         if outcome not in EXPECTED:
             traceback.print_exc()
-    say(event="done", id=command["id"], outcome=outcome, run_id=run_id)
+    _counting.run = None
+    say(event="done", id=command["id"], outcome=outcome, run_id=run_id,
+        takes=_takes.pop(run_id, 0), connections=_connections.pop(run_id, 0))  # fmt: skip
 
 
 def main() -> None:

@@ -12,13 +12,17 @@ without the Redis hot head. Every run sends one message; the graph appends
 * rollback: nothing of the first run remains, in Postgres or Redis;
 * eight processes racing to one thread under each strategy: every accepted
   message is on the head's branch, whole and in one piece (no lost update),
-  and every refused one is reported to its sender and leaves no trace.
+  and every refused one is reported to its sender and leaves no trace; and
+  they did race (a refusal, or a run queued while another ran);
+* eight waiters in eight processes drain in arrival order, each waking only
+  for its own turn: at most two TAKEs and one listening connection each.
 """
 
 from __future__ import annotations
 
 import asyncio
 import html
+import itertools
 import json
 import operator
 import os
@@ -296,6 +300,13 @@ def test_eight_processes_race_to_one_thread(
         "rollback": {"RunRolledBackError"},
     }[strategy]
     assert {outcome[m] for m in refused} <= expected_refusal, outcome
+    # And they raced: runs that went one after another would pass the rest.
+    if strategy == "enqueue":
+        by_seq = sorted(records.values(), key=lambda r: r.seq)
+        waited = [b for a, b in itertools.pairwise(by_seq) if b.created_at < a.ended_at]
+        assert waited, "no run was queued while another ran"
+    else:
+        assert refused, f"no run was refused: {outcome}"
     if strategy in ("reject", "rollback"):
         # Never written (reject), or deleted (rollback): nowhere, Redis included.
         assert head == [line for m in sorted(accepted, key=head.index) for line in turn(m)]
@@ -319,6 +330,46 @@ def test_eight_processes_race_to_one_thread(
         assert status == final[d["outcome"]], (msg, d, status)
     with race.saver() as saver:
         assert saver.threads.get(race.thread).status == "idle"
+
+
+def test_a_queue_of_eight_drains_in_arrival_order_waking_only_the_next(
+    workers: list[Worker], pg_url: str
+) -> None:
+    """Eight runs queue behind a holder, one per process, in a known order. As
+    each run lets go, only the next in line may ask for the thread: a waiter
+    sends one TAKE when it arrives and one when its turn comes (8 waiters: 16
+    TAKEs), on one listening connection for its whole wait (8 connections).
+    Waking every waiter at every release costs n(n+1)/2 more of both.
+
+    Their leases (600 s) renew every 200 s, so no renewal falls in the test:
+    every TAKE after a waiter's first is one it was woken for."""
+    truncate(pg_url)
+    race = Race(pg_url, "postgres")
+    race.run(workers[0], "qh", "reject", gate=True)
+    workers[0].expect(event="entered", msg="qh")
+    sent = [f"qw{i}" for i in range(len(workers))]
+    with race.saver() as saver:
+        for queued, (worker, msg) in enumerate(zip(workers, sent), start=1):
+            race.run(worker, msg, "enqueue", lease=600)
+            wait_until(lambda n=queued: len(saver.runs.list(race.thread, status="pending")) == n)
+    workers[0].send(cmd="open", name="qh")
+    assert workers[0].expect(event="done", id="qh")["outcome"] == "success"
+    done = {msg: w.expect(event="done", id=msg) for w, msg in zip(workers, sent)}
+    assert {msg: d["outcome"] for msg, d in done.items()} == dict.fromkeys(sent, "success")
+    # Arrival order, across processes.
+    assert race.head() == turn("qh") + [line for msg in sent for line in turn(msg)]
+    records = race.records()
+    starts = [records[done[msg]["run_id"]].started_at for msg in sent]
+    assert starts == sorted(starts)
+    # The cost: per waiter, two TAKEs at most (one if its turn came before it
+    # first asked) and one connection of its own.
+    cost = {msg: (d["takes"], d["connections"]) for msg, d in done.items()}
+    seen = (
+        f"(TAKEs, connections) per waiter: {cost}; in all "
+        f"{sum(t for t, _ in cost.values())} TAKEs, {sum(c for _, c in cost.values())} connections"
+    )
+    assert all(takes <= 2 for takes, _ in cost.values()), seen
+    assert all(connections == 1 for _, connections in cost.values()), seen
 
 
 def test_killed_holders_the_queue_moves_on_and_interrupt_does_not_wait(

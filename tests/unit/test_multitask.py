@@ -7,10 +7,11 @@ tests/integration/test_runs.py.
 
 from __future__ import annotations
 
+import uuid
 from typing import Any
 
-from langgraph_colosseum._core import multitask
-from langgraph_colosseum._core.io import AwaitNotify, Query, Transaction
+from langgraph_colosseum._core import io, multitask
+from langgraph_colosseum._core.io import AwaitNotify, Listen, Query, Transaction
 from langgraph_colosseum.errors import (
     InvalidConfigError,
     RunInterruptedError,
@@ -32,16 +33,18 @@ def take_result(token: int | None, me: str | None = None, again: bool = False) -
 
 
 def drive(op: Any, answers: list[Any]) -> tuple[list[Any], Any]:
-    """Run `op`, answering its requests in order; (the requests, its result or error)."""
+    """Run `op`, answering its requests in order, and those of the operation a
+    `Listen` runs as a driver does; (the requests, its result or error)."""
     asked: list[Any] = []
-    answer = None
+
+    def perform(request: Any) -> Any:
+        asked.append(request)
+        if isinstance(request, Listen):
+            return io.run(request.op, perform)
+        return answers.pop(0)
+
     try:
-        while True:
-            request = op.send(answer)
-            asked.append(request)
-            answer = answers.pop(0)
-    except StopIteration as stop:
-        return asked, stop.value
+        return asked, io.run(op, perform)
     except Exception as exc:  # the operation's own error
         return asked, exc
 
@@ -84,14 +87,25 @@ def test_a_take_that_finds_its_own_earlier_take_drops_the_heads() -> None:
 
 
 def test_enqueue_records_its_place_then_waits_on_notify() -> None:
-    answers = [None, take_result(None, "pending"), take_result(3, "pending"), []]
+    """Its place first, then TAKEs on its own channel, a wait between them."""
+    answers = [None, take_result(None, "pending"), None, take_result(3, "pending"), []]
     asked, token = drive(start("enqueue"), answers)
     assert token == 3
     assert isinstance(asked[0], Query) and asked[0].sql == multitask.ENQUEUE
-    waits = [r for r in asked if isinstance(r, AwaitNotify)]
-    assert len(waits) == 2 and {w.key for w in waits} == {"t1"}
-    assert all(0 < w.seconds <= 10.0 for w in waits)  # a third of the lease at most
-    assert waits[0].done(take_result(3)) and not waits[0].done(take_result(None))
+    assert isinstance(asked[1], Listen) and asked[1].channel == multitask.run_channel("r1")
+    take, wait, again = asked[2:5]
+    assert isinstance(take, Transaction) and take.queries[-1].sql == multitask.TAKE
+    assert isinstance(wait, AwaitNotify) and 0 < wait.seconds <= 10.0  # a third of the lease
+    assert again == take
+    assert asked[5].sql == multitask.ROLLBACKS_DUE
+
+
+def test_run_channels_are_names_postgres_takes() -> None:
+    """Distinct per run, whatever the run id, and under the 63 bytes of a name."""
+    ids = ["r1", "r2", "é" * 200, str(uuid.uuid4())]
+    channels = [multitask.run_channel(i) for i in ids]
+    assert len(set(channels)) == len(ids)
+    assert all(len(c.encode()) <= 63 and c == c.lower() for c in channels)
 
 
 def test_a_cancelled_waiter_is_told_so() -> None:
@@ -102,10 +116,12 @@ def test_a_cancelled_waiter_is_told_so() -> None:
 
 def test_a_waiter_gives_up_after_its_timeout() -> None:
     asked, outcome = drive(
-        start("enqueue", timeout=0.0), [None, take_result(None, "pending"), None]
+        start("enqueue", timeout=0.0), [None, take_result(None, "pending"), [[(1,)], None, [], []]]
     )
     assert isinstance(outcome, RunQueueTimeoutError)
-    assert asked[-1].queries[0].sql == multitask.GIVE_UP
+    leave = [q.sql for q in asked[-1].queries]
+    assert leave[0] == multitask.LOCK_THREAD and multitask.GIVE_UP in leave
+    assert leave[-1] == multitask.WAKE
 
 
 def test_unknown_strategy_is_refused_before_any_io() -> None:
