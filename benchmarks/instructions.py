@@ -47,6 +47,7 @@ import os
 import random
 import re
 import shutil
+import signal
 import subprocess
 import sys
 import tempfile
@@ -203,6 +204,9 @@ def main() -> None:
 
     from benchmarks.common import Bench
     from benchmarks.servers import private_postgres, private_redis
+
+    # a terminated run still removes its private servers (the `with` below)
+    signal.signal(signal.SIGTERM, lambda signum, frame: sys.exit(128 + signum))
 
     per_invoke: dict[str, float] = {}
     with private_postgres(log) as admin, private_redis(log) as redis_url:
