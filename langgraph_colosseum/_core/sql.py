@@ -162,6 +162,15 @@ GET_TUPLE_LATEST = _read_with_deletion(_GET_TUPLE_LATEST)
 # at that epoch, and the deletion stamp the run reading it is given).
 GET_TUPLE_LATEST_FOR_HEAD = _read_with_deletion(_GET_TUPLE_LATEST, epoch=True)
 
+# A get_tuple's statement on its generic plan, as a write's (WRITE_LOCK): sent
+# before it in one implicit transaction (set_config(..., true) is SET LOCAL).
+# Left to choose, Postgres planned GET_TUPLE afresh on long stretches of calls
+# (0.23-0.27 ms a plan against 0.03-0.04 ms of execution): at 10,000 threads
+# on a fresh thread of 22 turns, 50 of 50 reads, then 50 of the next 50;
+# after a bulk load, 41 of 50 while autovacuum ran; chat-200, 74 of 200. Its
+# generic plan is the index lookups it must be (tests/integration/test_plans.py).
+GENERIC_PLAN = "SELECT set_config('plan_cache_mode', 'force_generic_plan', true)"
+
 # `list` pages: checkpoints and writes only; their values come from VALUE_CHAINS,
 # once per page, shared by every checkpoint that names the same versions.
 # `where` is built from fixed fragments in `store.py` only.

@@ -286,17 +286,21 @@ class CheckpointStore:
         # before the checkpoint (NULL columns: none); a refill its deletion
         # epoch first.
         if checkpoint_id:
-            ((deleted, *found),) = yield Query(
-                touch + sql.GET_TUPLE_BY_ID,
-                {**params, "checkpoint_id": checkpoint_id},
-                prepare=True,
+            ((deleted, *found),) = yield from _on_generic_plan(
+                Query(
+                    touch + sql.GET_TUPLE_BY_ID,
+                    {**params, "checkpoint_id": checkpoint_id},
+                    prepare=True,
+                )
             )
         elif seq is not None:
-            ((epoch, deleted, *found),) = yield Query(
-                touch + sql.GET_TUPLE_LATEST_FOR_HEAD, params, prepare=True
+            ((epoch, deleted, *found),) = yield from _on_generic_plan(
+                Query(touch + sql.GET_TUPLE_LATEST_FOR_HEAD, params, prepare=True)
             )
         else:
-            ((deleted, *found),) = yield Query(touch + sql.GET_TUPLE_LATEST, params, prepare=True)
+            ((deleted, *found),) = yield from _on_generic_plan(
+                Query(touch + sql.GET_TUPLE_LATEST, params, prepare=True)
+            )
         if run is not None:
             run.note_seen(thread_id, deleted)
         rows = [tuple(found)] if found[0] is not None else []
@@ -2052,6 +2056,15 @@ _COPY_ARRAYS = (
 _CHECKPOINT_COLUMNS = 7
 _CHECKPOINT_WIDTH = 15
 _NO_WRITES = (None,) * (_CHECKPOINT_WIDTH - 6)
+
+
+_GENERIC_PLAN = Query(sql.GENERIC_PLAN, {}, fetch=False, prepare=True)
+
+
+def _on_generic_plan(read: Query) -> Operation[Any]:
+    """`read`'s rows, run on its generic plan (sql.GENERIC_PLAN)."""
+    results = yield Transaction((_GENERIC_PLAN, read))
+    return results[1]
 
 
 def _expanded(row: tuple) -> tuple:
