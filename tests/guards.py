@@ -56,6 +56,7 @@ LEDGER_ROLLBACK = "tests/integration/test_ledger_rollback.py"
 LATE_HEADS = "tests/integration/test_late_heads.py"
 LOST_REPLIES = "tests/integration/test_lost_replies.py"
 RETENTION = "tests/integration/test_retention.py"
+RUNS_LOCK_ORDER = "tests/integration/test_runs_lock_order.py"
 KEEPS = f"{RUNS_STOPPED}::test_a_rollback_keeps_a_key_someone_else_set_after_the_run_did"
 
 
@@ -1281,10 +1282,10 @@ GUARDS: list[Guard] = [
     Guard(
         name="runs queue: FINISH tells the next in line",
         file="langgraph_colosseum/_core/multitask.py",
-        original="(Query(FINISH, params), Query(RELEASE, params, fetch=False), Query(WAKE, tell))",
+        original="            Query(WAKE, tell),\n        )\n    )\n    ended, stored, by, _",
         mutant=(
-            "(Query(FINISH, params), Query(RELEASE, params, fetch=False), "
-            'Query(WAKE, {"thread_id": None, "ended": []}))'
+            '            Query(WAKE, {"thread_id": None, "ended": []}),\n        )\n    )\n'
+            "    ended, stored, by, _"
         ),
         tests=(f"{RUNS_QUEUE}::test_a_release_tells_the_first_live_waiter_past_a_dead_one",),
     ),
@@ -1335,6 +1336,15 @@ GUARDS: list[Guard] = [
         original="return at is None or self.clock() - at >= HIT_TOUCH_EVERY * ttl_seconds",
         mutant="return at is None or self.clock() - at >= ttl_seconds",
         tests=(f"{RETENTION}::test_the_bound_a_thread_read_within_0_8_ttl_of_the_sweep_is_kept",),
+    ),
+    Guard(
+        name="runs: a run's end locks the thread row before its record, as a take does",
+        file="langgraph_colosseum/_core/multitask.py",
+        original="            Query(LOCK_THREAD, params),\n            Query(FINISH, params),\n",
+        mutant="            Query(FINISH, params),\n",
+        tests=(
+            f"{RUNS_LOCK_ORDER}::test_a_finish_waiting_for_the_thread_row_holds_no_run_record",
+        ),
     ),
 ]
 

@@ -358,7 +358,7 @@ NOTIFY = "SELECT pg_notify(%(channel)s, %(thread_id)s)"
 # there; a cancelled waiter learns it at once), and so is the first live
 # queued run, when the thread is free: its turn has come. Only that one asks
 # for the thread; the others sleep on. Each of those transactions holds the
-# thread row first (LOCK_THREAD, or RELEASE's update), so of two that change
+# thread row first (LOCK_THREAD), so of two that change
 # the queue or the thread at once, the second sees what the first did: the
 # one whose turn it is never goes untold. A queued run whose place lapsed
 # (its process died) is passed over; one that dies after it was told holds
@@ -555,8 +555,16 @@ def finish(
         "owner": run_id,
     }
     tell = {"thread_id": thread_id, "ended": [run_id]}
-    rows, _, _ = yield Transaction(
-        (Query(FINISH, params), Query(RELEASE, params, fetch=False), Query(WAKE, tell))
+    # The thread row first, as TAKE takes it before it updates the run it
+    # stops: FINISH updating this run's record first and then waiting for the
+    # thread row (RELEASE) would deadlock with an interrupt taking the thread.
+    _, rows, _, _ = yield Transaction(
+        (
+            Query(LOCK_THREAD, params),
+            Query(FINISH, params),
+            Query(RELEASE, params, fetch=False),
+            Query(WAKE, tell),
+        )
     )
     ended, stored, by, _ = rows[0]
     return bool(ended), stored, by
