@@ -10,13 +10,28 @@ one more cell of that saver runs under cProfile (timed in CPU,
 
     python -m benchmarks.chat_hot 3                  # 3 rounds, 200 turns
     python -m benchmarks.chat_hot 1 --turns 100 --profile ours+redis
+
+Where the hot head's time goes, without a profiler's distortion:
+`--per-method` prints each saver's thread CPU and wall per turn in get_tuple,
+put and put_writes (in whichever thread LangGraph runs them), and the rest of
+the client's CPU; `--script-times` the Redis server's own duration of each
+script (SLOWLOG, every call of the ours+redis cells); `--deferred` adds a cell
+whose write scripts are not waited for but queued and sent ahead of its next
+request in one pipeline: an upper bound of what taking the write scripts off
+the turn's path would give. That cell breaks the head's promise (a write
+returns before its head moved, so another worker can be served the head it
+replaced): a measurement only, never a saver's mode.
+
+    python -m benchmarks.chat_hot 4 --per-method --deferred --script-times
 """
 
 from __future__ import annotations
 
 import argparse
+import contextlib
 import cProfile
 import gc
+import hashlib
 import io
 import pstats
 import signal
@@ -24,30 +39,141 @@ import statistics
 import sys
 import threading
 import time
+from collections.abc import Iterator
 from typing import Any
+
+import redis
 
 from benchmarks.chat import run_chat_cell
 from benchmarks.common import OURS, OURS_HOT, REF, Bench, params_for, sync_saver
 from benchmarks.servers import private_postgres, private_redis
+from langgraph_colosseum._core.hot import SCRIPTS
+from langgraph_colosseum._core.io import CacheCall
 
 NAMES = {"ref": REF, "ours": OURS, "ours+redis": OURS_HOT}
 # With --redis-py: ours+redis again, its requests sent through redis-py's own
 # client rather than the connections the cache drives (cache.RedisCache).
 REDIS_PY = "ours+redis-py"
+# With --deferred: ours+redis with its write scripts queued, not awaited (see above).
+DEFERRED = "ours+redis-deferred"
+METHODS = ("get_tuple", "put", "put_writes")
 
 
 def log(message: str) -> None:
     print(message, file=sys.stderr, flush=True)
 
 
-def cell(bench: Bench, name: str, p: dict, profiles: dict | None = None) -> dict:
+def cell(
+    bench: Bench, name: str, p: dict, profiles: dict | None = None, per_method: bool = False
+) -> dict:
     gc.collect()
     with sync_saver(bench, NAMES.get(name, OURS_HOT)) as (saver, _):
         if name == REDIS_PY:
             saver.cache._direct = False
+        if name == DEFERRED:
+            deferred_writes(saver.cache)
         if profiles is not None:
             profiled(saver, profiles)
-        return run_chat_cell(bench, saver, lambda: None, p, delta=False)
+        spent = timed_methods(saver) if per_method else None
+        fig = run_chat_cell(bench, saver, lambda: None, p, delta=False)
+        if spent is not None:
+            turns = fig["turns"]
+            fig["methods"] = {m: (cpu / turns, wall / turns) for m, (cpu, wall) in spent.items()}
+            fig["methods"]["rest"] = (
+                fig["per_invoke"]["client_cpu_s"] - sum(cpu for cpu, _ in fig["methods"].values()),
+                0.0,
+            )
+        return fig
+
+
+def timed_methods(saver: Any) -> dict[str, list[float]]:
+    """Thread CPU and wall of the saver's get_tuple, put and put_writes, summed
+    over the threads that run them (get_tuple's include the cell's get_state
+    repeats after its turns)."""
+    spent = {m: [0.0, 0.0] for m in METHODS}
+    local = threading.local()
+
+    def wrap(name: str, method: Any) -> Any:
+        def call(*args: Any, **kwargs: Any) -> Any:
+            if getattr(local, "on", False):
+                return method(*args, **kwargs)
+            local.on = True
+            cpu, wall = time.thread_time(), time.perf_counter()
+            try:
+                return method(*args, **kwargs)
+            finally:
+                spent[name][0] += time.thread_time() - cpu
+                spent[name][1] += time.perf_counter() - wall
+                local.on = False
+
+        return call
+
+    for name in METHODS:
+        setattr(saver, name, wrap(name, getattr(saver, name)))
+    return spent
+
+
+def deferred_writes(cache: Any) -> None:
+    """Queue the cache's advance / add_writes scripts (answered 1 at once) and
+    send them ahead of its next request, in that request's pipeline. UNSAFE:
+    an upper bound of taking the write scripts off the turn, nothing more."""
+    queue: list[CacheCall] = []
+    lock = threading.Lock()
+    perform = cache.perform
+
+    def deferring(request: Any) -> Any:
+        if isinstance(request, CacheCall) and request.script in ("advance", "add_writes"):
+            with lock:
+                queue.append(request)
+            return 1
+        with lock:
+            queued, queue[:] = list(queue), []
+        wire = cache._take() if queued and isinstance(request, CacheCall) else None
+        if wire is None:
+            for call in queued:
+                perform(call)
+            return perform(request)
+        try:
+            replies = wire.execute(
+                [
+                    ("EVALSHA", cache.scripts[c.script].sha, 1, c.key, *c.args)
+                    for c in [*queued, request]
+                ]
+            )
+        finally:
+            cache._give(wire)
+        return replies[-1]
+
+    cache.perform = deferring
+
+
+def script_times(redis_url: str, shas: dict[bytes, str]) -> dict[str, list[int]]:
+    """The Redis server's duration (µs) of each EVALSHA in its slowlog, per script."""
+    client = redis.Redis.from_url(redis_url)
+    try:
+        entries = client.slowlog_get(1_000_000)
+    finally:
+        client.close()
+    out: dict[str, list[int]] = {}
+    for entry in entries:
+        words = entry["command"].split(b" ")
+        if words[0].upper() == b"EVALSHA" and len(words) > 1:
+            out.setdefault(shas.get(words[1], "?"), []).append(entry["duration"])
+    return out
+
+
+@contextlib.contextmanager
+def slowlog_everything(redis_url: str) -> Iterator[None]:
+    """Every command of the (private) server in its slowlog, for `script_times`."""
+    client = redis.Redis.from_url(redis_url)
+    try:
+        client.config_set("slowlog-max-len", 1_000_000)
+        client.config_set("slowlog-log-slower-than", 0)
+        client.slowlog_reset()
+        yield
+    finally:
+        client.config_set("slowlog-log-slower-than", 10_000)
+        client.close()
 
 
 def profiled(saver: Any, profiles: dict) -> None:
@@ -76,14 +202,22 @@ def profiled(saver: Any, profiles: dict) -> None:
         setattr(saver, name, wrap(getattr(saver, name)))
 
 
+def _sha(lua: str) -> bytes:
+    return hashlib.sha1(lua.encode()).hexdigest().encode()
+
+
 def main() -> None:
     parser = argparse.ArgumentParser(prog="python -m benchmarks.chat_hot")
     parser.add_argument("rounds", type=int, nargs="?", default=3)
     parser.add_argument("--turns", type=int, default=200)
     parser.add_argument("--profile", choices=(*NAMES, REDIS_PY))
     parser.add_argument("--redis-py", action="store_true", help=f"add the {REDIS_PY} cell")
+    parser.add_argument("--deferred", action="store_true", help=f"add the {DEFERRED} cell")
+    parser.add_argument("--per-method", action="store_true")
+    parser.add_argument("--script-times", action="store_true")
     args = parser.parse_args()
-    names = [*NAMES, REDIS_PY] if args.redis_py else list(NAMES)
+    names = list(NAMES) + [REDIS_PY] * args.redis_py + [DEFERRED] * args.deferred
+    durations: dict[str, list[int]] = {}
     signal.signal(signal.SIGTERM, lambda s, f: sys.exit(128 + s))
     p = {**params_for(False), "chat_turns": args.turns}
     out: dict[str, list[dict]] = {}
@@ -93,7 +227,13 @@ def main() -> None:
         try:
             for r in range(args.rounds):
                 for name in names:
-                    fig = cell(bench, name, p)
+                    timing = args.script_times and name == "ours+redis" and redis_url
+                    with slowlog_everything(redis_url) if timing else contextlib.nullcontext():
+                        fig = cell(bench, name, p, per_method=args.per_method)
+                        if timing:
+                            shas = {_sha(lua): script for script, lua in SCRIPTS.items()}
+                            for script, times in script_times(redis_url, shas).items():
+                                durations.setdefault(script, []).extend(times)
                     out.setdefault(name, []).append(fig)
                     inv = fig["per_invoke"]
                     log(
@@ -137,6 +277,21 @@ def main() -> None:
             f"{m['get_state'] * 1e3:5.2f} ms (client {m['get_client'] * 1e3:5.2f} ms, "
             f"round trips {m['get_rt']:.2f})"
         )
+    if args.per_method:
+        for name, figs in out.items():
+            print(
+                f"{name:11s} per turn, thread CPU / wall (ms): "
+                + ", ".join(
+                    f"{m} {statistics.median(f['methods'][m][0] for f in figs) * 1e3:.2f} / "
+                    f"{statistics.median(f['methods'][m][1] for f in figs) * 1e3:.2f}"
+                    for m in (*METHODS, "rest")
+                )
+            )
+    for script, times in sorted(durations.items()):
+        print(
+            f"script {script:10s} {len(times)} calls, Redis duration median "
+            f"{statistics.median(times)} us, mean {statistics.mean(times):.1f} us"
+        )
     for fig in out["ours+redis"][-1:]:
         turns = fig["turns"]
         calls = fig["per_invoke"]["redis_by_command"] or {}
@@ -161,6 +316,16 @@ def main() -> None:
         )
         + ")"
     )
+    if DEFERRED in med:
+        fast = med[DEFERRED]
+        print(
+            f"p50 {DEFERRED} vs not: {fast['p50'] / ours['p50']:.2f} (per-round "
+            + ", ".join(
+                f"{h['p50_turn_s'] / o['p50_turn_s']:.2f}"
+                for h, o in zip(out[DEFERRED], out["ours"])
+            )
+            + f"); client CPU {DEFERRED} vs not: {fast['client'] / ours['client']:.2f}"
+        )
     if REDIS_PY in med:
         slow = med[REDIS_PY]
         print(
