@@ -40,6 +40,7 @@ from langgraph.types import Command, Send, interrupt
 from typing_extensions import TypedDict
 
 from langgraph_colosseum import AsyncColosseumSaver, ColosseumSaver
+from langgraph_colosseum._core.threads import STATUSES
 from langgraph_colosseum.errors import CorruptRowError, ThreadBusyError
 from langgraph_colosseum.threads import AuditEntry, ThreadInfo
 from tests.conftest import CONNECTION_MODES, saver_fixtures
@@ -607,6 +608,77 @@ def test_search_paging_sync(saver: ColosseumSaver) -> None:
     saver.threads.update("page-00", metadata={"touched": True})
     first = saver.threads.search(metadata={"batch": "paging"}, limit=3)
     assert ids(first) == ["page-00", "page-24", "page-23"]
+
+
+# Newest first, by how many seconds ago each was updated (lapse-04 and
+# lapse-05 at the same instant: the order is then thread_id's). `plain`: the
+# status its row says; `live` / `lapsed`: the row says busy, its lease live /
+# past (`no-lease`: none at all); then what its head left.
+LAPSE_ROWS = [
+    ("lapse-01", 1, "plain", "idle"),
+    ("lapse-02", 2, "plain", "error"),
+    ("lapse-03", 3, "live", "idle"),
+    ("lapse-04", 4, "lapsed", "idle"),
+    ("lapse-05", 4, "plain", "idle"),
+    ("lapse-06", 6, "lapsed", "error"),
+    ("lapse-07", 7, "plain", "idle"),
+    ("lapse-08", 8, "live", "error"),
+    ("lapse-09", 9, "lapsed", "interrupted"),
+    ("lapse-10", 10, "no-lease", "idle"),
+    ("lapse-11", 11, "plain", "interrupted"),
+    ("lapse-12", 12, "live", "interrupted"),
+]
+
+
+def test_search_and_count_read_each_row_as_its_lease_says_on_every_page(
+    saver: ColosseumSaver, pg_url: str
+) -> None:
+    """A row left busy by a holder whose lease lapsed reads as its head (idle,
+    interrupted, error) in search and count, with or without a status filter,
+    on every page, wherever it falls among the rows that say their status; a
+    live lease reads busy. Rows are set by hand (no timing to race): the
+    pages where such a row falls before the last row of those that say the
+    status, after it, level with it, and after a short page are all here
+    (_core/threads.py: _quick_page)."""
+    ticker, approval = ticker_graph(saver), approval_graph(saver)
+    flaky = flaky_graph(saver, {"fail": True})
+    for tid, _, _, head in LAPSE_ROWS:
+        if head == "idle":
+            ticker.invoke({"ticker": "AAPL"}, cfg(tid))
+        elif head == "interrupted":
+            approval.invoke({"ticker": "AAPL"}, cfg(tid))
+        else:
+            with pytest.raises(Boom):
+                flaky.invoke({"ticker": "AAPL"}, cfg(tid))
+    lease = {"live": "now() + interval '1 hour'", "lapsed": "now() - interval '1 second'",
+             "no-lease": "NULL"}  # fmt: skip
+    with psycopg.connect(pg_url, autocommit=True) as conn:
+        (now,) = conn.execute("SELECT now()").fetchone()  # type: ignore[misc]
+        for tid, age, row, _ in LAPSE_ROWS:
+            conn.execute(
+                "UPDATE colosseum_threads SET updated_at = %s WHERE thread_id = %s",
+                (now - timedelta(seconds=age), tid),
+            )
+            if row != "plain":
+                conn.execute(
+                    f"UPDATE colosseum_threads SET status = 'busy', run_lease_until = {lease[row]},"
+                    " run_owner = CASE WHEN %s THEN 'gone' END WHERE thread_id = %s",
+                    (row != "no-lease", tid),
+                )
+    reads_as = {tid: "busy" if row == "live" else head for tid, _, row, head in LAPSE_ROWS}
+    assert {tid: saver.threads.get(tid).status for tid in reads_as} == reads_as  # type: ignore[union-attr]
+    for status in (None, *STATUSES):
+        expected = [(tid, s) for tid, s in reads_as.items() if status in (None, s)]
+        assert saver.threads.count(status=status, prefix="lapse-") == len(expected), status
+        for limit in (1, 2, 3, 100):
+            read: list[tuple[str, str]] = []
+            for offset in range(0, len(LAPSE_ROWS) + 1, limit):
+                page = saver.threads.search(
+                    status=status, prefix="lapse-", limit=limit, offset=offset
+                )
+                assert len(page) <= limit
+                read += [(t.thread_id, t.status) for t in page]
+            assert read == expected, (status, limit)
 
 
 async def test_search_paging_async(asaver: AsyncColosseumSaver) -> None:
