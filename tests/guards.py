@@ -57,6 +57,10 @@ LATE_HEADS = "tests/integration/test_late_heads.py"
 LOST_REPLIES = "tests/integration/test_lost_replies.py"
 RETENTION = "tests/integration/test_retention.py"
 RUNS_LOCK_ORDER = "tests/integration/test_runs_lock_order.py"
+LAPSED_PAGES = (
+    "tests/integration/test_threads.py"
+    "::test_search_and_count_read_each_row_as_its_lease_says_on_every_page[postgres]"
+)
 KEEPS = f"{RUNS_STOPPED}::test_a_rollback_keeps_a_key_someone_else_set_after_the_run_did"
 
 
@@ -597,8 +601,7 @@ GUARDS: list[Guard] = [
         name="threads: a holder's lapsed lease does not read as busy (nobody settles it)",
         file="langgraph_colosseum/_core/threads.py",
         original=(
-            'STATUS_NOW = f"""CASE WHEN t.status = \'busy\' AND NOT coalesce(t.run_lease_until > now(), false)\n'
-            '    THEN {_HEAD_STATUS} ELSE t.status END"""'
+            'STATUS_NOW = f"""CASE WHEN {_LAPSED}\n    THEN {_HEAD_STATUS} ELSE t.status END"""'
         ),
         mutant='STATUS_NOW = "t.status"',
         tests=(
@@ -607,13 +610,61 @@ GUARDS: list[Guard] = [
         ),
     ),
     Guard(
-        name="threads.search / count: a row that says busy is matched by the status it reads as",
+        name="threads.search (SEARCH): a row that says busy is matched by the status it reads as",
         file="langgraph_colosseum/_core/threads.py",
         original=(
             " WHERE t.status = 'busy' AND (%(status)s::text IS NULL OR {STATUS_NOW} = %(status)s::text)"
         ),
         mutant=" WHERE t.status = 'busy' AND (%(status)s::text IS NULL OR t.status = %(status)s::text)",
         tests=(
+            f"{RUNS}::test_a_killed_holder_is_no_longer_busy_or_running_for_any_reader[postgres]",
+        ),
+    ),
+    Guard(
+        name="threads.search: a row of the page that says busy past its lease is read by SEARCH",
+        file="langgraph_colosseum/_core/threads.py",
+        original='SELECT {_thread_columns("t.status")}, {_LAPSED}\nFROM colosseum_threads t\n',
+        mutant='SELECT {_thread_columns("t.status")}, false\nFROM colosseum_threads t\n',
+        tests=(LAPSED_PAGES,),
+    ),
+    Guard(
+        name="threads.search(status=...): the newest row that says busy past its lease is looked for",
+        file="langgraph_colosseum/_core/threads.py",
+        original=" WHERE {_LAPSED} AND {_FILTERS}\n {_NEWEST_FIRST} LIMIT 1)",
+        mutant=" WHERE false AND {_FILTERS}\n {_NEWEST_FIRST} LIMIT 1)",
+        tests=(
+            LAPSED_PAGES,
+            f"{RUNS}::test_a_killed_holder_is_no_longer_busy_or_running_for_any_reader[postgres]",
+        ),
+    ),
+    Guard(
+        name="threads.search(status=...): a row past its lease before the page's last row sends it to SEARCH",
+        file="langgraph_colosseum/_core/threads.py",
+        original="    after_last = lapsed[3] < last[3] or (lapsed[3] == last[3] and lapsed[0] > last[0])\n",
+        mutant="    after_last = True\n",
+        tests=(LAPSED_PAGES,),
+    ),
+    Guard(
+        name="threads.search(status=...): a short page, with a row past its lease anywhere, goes to SEARCH",
+        file="langgraph_colosseum/_core/threads.py",
+        original=" or limit is None or len(page) < limit:\n",
+        mutant=" or limit is None:\n",
+        tests=(LAPSED_PAGES,),
+    ),
+    Guard(
+        name="threads.count(status=...): a row that says busy past its lease counts by its head",
+        file="langgraph_colosseum/_core/threads.py",
+        original="        WHERE {_LAPSED} AND {_HEAD_STATUS} = %(status)s::text AND {_FILTERS})\n",
+        mutant="        WHERE {_LAPSED} AND {_FILTERS})\n",
+        tests=(LAPSED_PAGES,),
+    ),
+    Guard(
+        name="threads.search / count(status='busy'): only a row whose lease is live",
+        file="langgraph_colosseum/_core/threads.py",
+        original="WHERE t.status = 'busy' AND t.run_lease_until > now() AND {_FILTERS}\n",
+        mutant="WHERE t.status = 'busy' AND {_FILTERS}\n",
+        tests=(
+            LAPSED_PAGES,
             f"{RUNS}::test_a_killed_holder_is_no_longer_busy_or_running_for_any_reader[postgres]",
         ),
     ),
