@@ -1393,9 +1393,7 @@ GUARDS: list[Guard] = [
         file="langgraph_colosseum/_core/multitask.py",
         original="            Query(LOCK_THREAD, params),\n            Query(FINISH, params),\n",
         mutant="            Query(FINISH, params),\n",
-        tests=(
-            f"{RUNS_LOCK_ORDER}::test_a_finish_waiting_for_the_thread_row_holds_no_run_record",
-        ),
+        tests=(f"{RUNS_LOCK_ORDER}::test_a_finish_waiting_for_the_thread_row_holds_no_run_record",),
     ),
 ]
 
