@@ -112,6 +112,7 @@ def params_for(quick: bool) -> dict[str, Any]:
             "long_sizes": [500, 2000],
             "long_list_repeats": 1,
             "long_get_repeats": 5,
+            "long_get_rounds": 2,
             "long_list_cap_s": 30.0,
             "search_threads": 5000,
             "search_repeats": 10,
@@ -126,6 +127,7 @@ def params_for(quick: bool) -> dict[str, Any]:
         "long_sizes": [5000, 20000],
         "long_list_repeats": 3,
         "long_get_repeats": 20,
+        "long_get_rounds": 5,
         # One pass of a full history is cut off after this long (and says so).
         "long_list_cap_s": 60.0,
         "search_threads": 100_000,

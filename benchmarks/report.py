@@ -73,6 +73,7 @@ LONG_FIGURES = [
     ("get_state_peak_traced_bytes", "get_tuple peak (tracemalloc)", "bytes"),
     ("get_state_peak_rss_bytes", "get_tuple peak (RSS growth)", "bytes"),
     ("per_get_tuple.client_cpu_s", "get_tuple client CPU", "s"),
+    ("get_state_cpu_s", "get_tuple client CPU (median call)", "s"),
     ("per_get_tuple.pg_plan_ms", "get_tuple server planning ms", "f"),
     ("per_get_tuple.pg_exec_ms", "get_tuple server execution ms", "f"),
     ("per_get_tuple.round_trips", "get_tuple round trips", "f"),
