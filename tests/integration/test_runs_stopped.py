@@ -237,9 +237,14 @@ def test_a_waiter_cancelled_while_it_sleeps_is_told_at_once(pg_url: str) -> None
         with psycopg.connect(pg_url, autocommit=True) as conn:
             asleep = 0
             while not asleep:  # a query per turn: b asked for the thread and sleeps
+                # Its TAKE renewed its place (ENQUEUE set lease_until to its
+                # created_at + the lease; a TAKE, later, moves it past that): b
+                # is queued and has asked, after its LISTEN. (An idle pool
+                # connection whose last statement was a TAKE may be a's.)
                 asleep = conn.execute(
-                    "SELECT count(*) FROM pg_stat_activity WHERE datname = current_database() "
-                    "AND state = 'idle' AND query LIKE '%%FROM ahead%%'"
+                    "SELECT count(*) FROM colosseum_runs WHERE thread_id = %s"
+                    " AND status = 'pending' AND lease_until > created_at + interval '600 s'",
+                    (thread_id,),
                 ).fetchone()[0]
         try:
             assert len(saver.runs.cancel(thread_id=thread_id)) == 2
