@@ -485,6 +485,45 @@ def test_checkpoint_key_order_is_recorded_once_and_old_rows_read_alike(
     assert repr(saver.get_tuple(configs[0]).checkpoint) == want[0]
 
 
+def test_a_channel_order_recorded_by_place_reads_alike(pg_url: str) -> None:
+    """Channels not in jsonb's order have their order recorded by name (what
+    this release writes). A row that records it as where each channel stands
+    in jsonb's order ("2,1,0", what a later release will write, a few bytes
+    where the names take dozens) reads back the same; places that are not a
+    permutation of the channels make a corrupt row."""
+    truncate(pg_url)
+    checkpoint = empty_checkpoint()
+    checkpoint["channel_values"] = {"ccc": 3, "bb": 2, "a": 1}
+    config = {"configurable": {"thread_id": "channel-places", "checkpoint_ns": ""}}
+    memory = InMemorySaver()
+    with ColosseumSaver.from_conn_string(pg_url) as saver:
+        checkpoint["channel_versions"] = {
+            name: saver.get_next_version(None, None) for name in ("ccc", "bb", "a")
+        }
+        versions = dict(checkpoint["channel_versions"])
+        want = memory.get_tuple(memory.put(config, dict(checkpoint), {"step": -1}, versions))
+        stored = saver.put(config, dict(checkpoint), {"step": -1}, versions)
+        with psycopg.connect(pg_url, autocommit=True) as conn:
+            (document,) = conn.execute(
+                "SELECT checkpoint FROM colosseum_checkpoints WHERE thread_id = 'channel-places'"
+            ).fetchone()
+            assert document["$channel_order"] == ["ccc", "bb", "a"]
+            for order, reads in (('"2,1,0"', True), ('"0,0,1"', False), ('"2,1"', False),
+                                 ('"2,1,x"', False)):  # fmt: skip
+                conn.execute(
+                    "UPDATE colosseum_checkpoints SET checkpoint = jsonb_set(checkpoint, "
+                    "'{$channel_order}', %s::jsonb) WHERE thread_id = 'channel-places'",
+                    [order],
+                )
+                if reads:
+                    got = saver.get_tuple(stored)
+                    assert repr(got.checkpoint) == repr(want.checkpoint)
+                    assert list(got.checkpoint["channel_versions"]) == ["ccc", "bb", "a"]
+                else:
+                    with pytest.raises(CorruptRowError, match="channel order"):
+                        saver.get_tuple(stored)
+
+
 def test_a_cleared_channel_stores_no_row(saver: ColosseumSaver, pg_url: str) -> None:
     """A channel the checkpoint cleared gets no value row: a version with no row
     reads as no value, in get_tuple and list alike."""

@@ -460,3 +460,42 @@ def test_dict_key_order_sync(saver: ColosseumSaver) -> None:
 
 async def test_dict_key_order_async(asaver: AsyncColosseumSaver) -> None:
     await differential_async(order_scenario, order_graph, asaver, "diff-order-async")
+
+
+# ============================================================ 9. a thread's version form
+
+
+def _short_next_version(current: Any) -> str:
+    """get_next_version of a release that writes the short form for new threads."""
+    number = 0 if current is None else int(str(current).split(".")[0])
+    return f"{number + 1:012}.{number + 1:016x}"
+
+
+def test_a_thread_with_short_versions_continues_alike(
+    saver: ColosseumSaver, monkeypatch: Any
+) -> None:
+    """A DeltaChannel thread begun with short versions (by a later release,
+    simulated) goes on with them under this release, as when that release is
+    rolled back or runs beside this one; state and history match
+    InMemorySaver's throughout, and a new thread gets the long form."""
+    import langgraph_colosseum._base as base
+
+    ours = delta_graph(Counter()).compile(checkpointer=saver)
+    memory = delta_graph(Counter()).compile(checkpointer=InMemorySaver())
+    config = {"configurable": {"thread_id": "diff-version-form"}}
+    this_release = base.next_version
+    for turn in range(8):
+        monkeypatch.setattr(base, "next_version", _short_next_version if turn < 4 else this_release)
+        assert repr(ours.invoke(delta_message(turn), config)) == repr(
+            memory.invoke(delta_message(turn), config)
+        )
+        versions = saver.get_tuple(config).checkpoint["channel_versions"].values()
+        assert {len(v.split(".")[0]) for v in versions} == {12}, turn
+    assert repr(ours.get_state(config).values) == repr(memory.get_state(config).values)
+    assert repr(normalise_history(list(ours.get_state_history(config)))) == repr(
+        normalise_history(list(memory.get_state_history(config)))
+    )
+    fresh = {"configurable": {"thread_id": "diff-version-form-new"}}
+    ours.invoke(delta_message(0), fresh)
+    versions = saver.get_tuple(fresh).checkpoint["channel_versions"].values()
+    assert {len(v.split(".")[0]) for v in versions} == {32}
