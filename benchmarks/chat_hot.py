@@ -31,7 +31,6 @@ import argparse
 import contextlib
 import cProfile
 import gc
-import hashlib
 import io
 import pstats
 import signal
@@ -86,11 +85,11 @@ def cell(
         return fig
 
 
-def timed_methods(saver: Any) -> dict[str, list[float]]:
-    """Thread CPU and wall of the saver's get_tuple, put and put_writes, summed
-    over the threads that run them (get_tuple's include the cell's get_state
-    repeats after its turns)."""
-    spent = {m: [0.0, 0.0] for m in METHODS}
+def wrap_methods(saver: Any, names: tuple[str, ...], around: Any) -> None:
+    """Wrap each of the saver's methods `names` in `around(name)`, a context
+    manager entered in whichever thread runs the call (LangGraph runs puts in a
+    background thread); a call made inside another wrapped call is not wrapped
+    again."""
     local = threading.local()
 
     def wrap(name: str, method: Any) -> Any:
@@ -98,18 +97,34 @@ def timed_methods(saver: Any) -> dict[str, list[float]]:
             if getattr(local, "on", False):
                 return method(*args, **kwargs)
             local.on = True
-            cpu, wall = time.thread_time(), time.perf_counter()
             try:
-                return method(*args, **kwargs)
+                with around(name):
+                    return method(*args, **kwargs)
             finally:
-                spent[name][0] += time.thread_time() - cpu
-                spent[name][1] += time.perf_counter() - wall
                 local.on = False
 
         return call
 
-    for name in METHODS:
+    for name in names:
         setattr(saver, name, wrap(name, getattr(saver, name)))
+
+
+def timed_methods(saver: Any) -> dict[str, list[float]]:
+    """Thread CPU and wall of the saver's get_tuple, put and put_writes, summed
+    over the threads that run them (get_tuple's include the cell's get_state
+    repeats after its turns)."""
+    spent = {m: [0.0, 0.0] for m in METHODS}
+
+    @contextlib.contextmanager
+    def timed(name: str) -> Iterator[None]:
+        cpu, wall = time.thread_time(), time.perf_counter()
+        try:
+            yield
+        finally:
+            spent[name][0] += time.thread_time() - cpu
+            spent[name][1] += time.perf_counter() - wall
+
+    wrap_methods(saver, METHODS, timed)
     return spent
 
 
@@ -147,10 +162,12 @@ def deferred_writes(cache: Any) -> None:
     cache.perform = deferring
 
 
-def script_times(redis_url: str, shas: dict[bytes, str]) -> dict[str, list[int]]:
+def script_times(redis_url: str) -> dict[str, list[int]]:
     """The Redis server's duration (µs) of each EVALSHA in its slowlog, per script."""
     client = redis.Redis.from_url(redis_url)
     try:
+        # The SHAs as the cache has them (cache.RedisCache: register_script).
+        shas = {client.register_script(lua).sha.encode(): name for name, lua in SCRIPTS.items()}
         entries = client.slowlog_get(1_000_000)
     finally:
         client.close()
@@ -179,31 +196,19 @@ def slowlog_everything(redis_url: str) -> Iterator[None]:
 def profiled(saver: Any, profiles: dict) -> None:
     """Profile the saver's own methods in whichever thread runs them (LangGraph
     runs puts in a background thread, which a profiler of the main thread misses)."""
-    local = threading.local()
 
-    def wrap(method: Any) -> Any:
-        def call(*args: Any, **kwargs: Any) -> Any:
-            if getattr(local, "on", False):
-                return method(*args, **kwargs)
-            profile = profiles.setdefault(
-                (threading.get_ident(), method.__name__), cProfile.Profile(time.thread_time)
-            )
-            local.on = True
-            profile.enable()
-            try:
-                return method(*args, **kwargs)
-            finally:
-                profile.disable()
-                local.on = False
+    @contextlib.contextmanager
+    def profiling(name: str) -> Iterator[None]:
+        profile = profiles.setdefault(
+            (threading.get_ident(), name), cProfile.Profile(time.thread_time)
+        )
+        profile.enable()
+        try:
+            yield
+        finally:
+            profile.disable()
 
-        return call
-
-    for name in ("get_tuple", "put", "put_writes", "list"):
-        setattr(saver, name, wrap(getattr(saver, name)))
-
-
-def _sha(lua: str) -> bytes:
-    return hashlib.sha1(lua.encode()).hexdigest().encode()
+    wrap_methods(saver, (*METHODS, "list"), profiling)
 
 
 def main() -> None:
@@ -231,8 +236,7 @@ def main() -> None:
                     with slowlog_everything(redis_url) if timing else contextlib.nullcontext():
                         fig = cell(bench, name, p, per_method=args.per_method)
                         if timing:
-                            shas = {_sha(lua): script for script, lua in SCRIPTS.items()}
-                            for script, times in script_times(redis_url, shas).items():
+                            for script, times in script_times(redis_url).items():
                                 durations.setdefault(script, []).extend(times)
                     out.setdefault(name, []).append(fig)
                     inv = fig["per_invoke"]

@@ -137,7 +137,7 @@ def measure_gets(bench: Bench, heads: dict[str, tuple[Any, dict]], p: dict) -> d
             "get_state_cpu_s": statistics.median(cpus[name]),
             "get_state_peak_traced_bytes": get_traced,
             "get_state_peak_rss_bytes": get_rss,
-            "per_get_tuple": _summed(meters[name], len(gets[name])),
+            "per_get_tuple": _merged(meters[name], len(gets[name]), breakdowns=True),
             "found": found[name],
         }
     return out
@@ -234,24 +234,16 @@ def loop_graph(saver: Any) -> Any:
     return builder.compile(checkpointer=saver)
 
 
-def _merged(meters: list[Meter], units: int) -> dict[str, Any]:
-    """The figures of several fill phases, summed, per checkpoint (or step)."""
+def _merged(meters: list[Meter], units: int, breakdowns: bool = False) -> dict[str, Any]:
+    """The figures of several metered phases (fills, rounds of calls), summed,
+    per unit (checkpoint, step or call: `Meter.per`'s form); with `breakdowns`,
+    the non-numeric figures (top statements) are the last phase's."""
     out: dict[str, Any] = {"units": units}
     for key in meters[0].figures:
         values = [m.figures[key] for m in meters]
         if all(isinstance(v, (int, float)) for v in values):
             out[key] = sum(values) / units
-    return out
-
-
-def _summed(meters: list[Meter], units: int) -> dict[str, Any]:
-    """The figures of several metered rounds, summed, per call (`Meter.per`'s form)."""
-    out: dict[str, Any] = {"units": units}
-    for key in meters[0].figures:
-        values = [m.figures[key] for m in meters]
-        if all(isinstance(v, (int, float)) for v in values):
-            out[key] = sum(values) / units
-        else:  # breakdowns: the last round's
+        elif breakdowns:
             out[key] = values[-1]
     return out
 
