@@ -97,6 +97,7 @@ class ColosseumSaverBase(BaseCheckpointSaver[str], abc.ABC, Generic[ThreadsT]):
         encryption: Encryption | None = None,
         on_conflict: str | None = None,
         on_conflict_hold: timedelta | None = DEFAULT_ON_CONFLICT_HOLD,
+        compact_forms: bool = False,
     ) -> None:
         """`cache`: the driver's Redis client for the hot head, or None for none.
         `encryption`: AES-256-GCM keys sealing every stored value (_core/crypt.py).
@@ -106,7 +107,11 @@ class ColosseumSaverBase(BaseCheckpointSaver[str], abc.ABC, Generic[ThreadsT]):
         `on_conflict_hold`: how long after its last write a run's subgraph step
         that never said it ended (the run died, or stopped at a static
         breakpoint inside the subgraph) keeps other runs off its checkpoint;
-        None: until the head moves (update_state)."""
+        None: until the head moves (update_state).
+        `compact_forms`: new threads get short channel versions and checkpoints
+        record their channel order by place (README, "Stored forms change in two
+        releases"): only once no process of a release before 2026-12-04's uses
+        the database."""
         self.types: TypeRegistry = default_registry()
         for cls in types:
             self.types.register(cls)
@@ -121,6 +126,7 @@ class ColosseumSaverBase(BaseCheckpointSaver[str], abc.ABC, Generic[ThreadsT]):
             ValueCodec(self.serde, self.types, encryption),
             page_size=page_size,
             snapshot_every=snapshot_every,
+            compact_forms=compact_forms,
         )
         if on_conflict not in (None, "raise"):
             raise InvalidConfigError(f'on_conflict must be "raise" or None, got {on_conflict!r}')
@@ -489,4 +495,4 @@ class ColosseumSaverBase(BaseCheckpointSaver[str], abc.ABC, Generic[ThreadsT]):
         return codec
 
     def get_next_version(self, current: str | None, channel: None) -> str:
-        return next_version(current)
+        return next_version(current, self._store.compact_forms)

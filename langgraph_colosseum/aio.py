@@ -103,6 +103,7 @@ class AsyncColosseumSaver(ColosseumSaverBase[AsyncThreads]):
         encryption: Encryption | None = None,
         on_conflict: str | None = None,
         on_conflict_hold: timedelta | None = DEFAULT_ON_CONFLICT_HOLD,
+        compact_forms: bool = False,
     ) -> None:
         """`cache`: a `redis.asyncio.Redis` or `RedisCluster` for the hot head (see
         `ColosseumSaver`)."""
@@ -118,6 +119,7 @@ class AsyncColosseumSaver(ColosseumSaverBase[AsyncThreads]):
             encryption=encryption,
             on_conflict=on_conflict,
             on_conflict_hold=on_conflict_hold,
+            compact_forms=compact_forms,
         )
         if pgbouncer:
             require_transaction_mode_safe(conn)

@@ -150,23 +150,25 @@ _TAILS = random.SystemRandom()
 
 
 # Versions have InMemorySaver's form, "{:032}.{random():016}" (about 51
-# characters). A thread whose versions have the short form, 12 digits, a dot
-# and 64 random bits in hex ("000000000042.9f3c0e6b1d2a4c57", 29 characters),
-# keeps it. A version is stored about eight times a checkpoint, and the short
-# form saves 246 kB of chat-200-delta's 3.52 MB, but a release may write it for
-# new threads only once the releases it may run beside, or be rolled back to,
-# continue it: LangGraph takes each new version from the largest of a
-# checkpoint's versions and compares versions as text, and a long version
-# after short ones sorts below them (a thread's triggers would stop, silently).
-# This release continues the short form and writes the long one.
+# characters), or the short form, 12 digits, a dot and 64 random bits in hex
+# ("000000000042.9f3c0e6b1d2a4c57", 29 characters); a thread keeps the form it
+# began with. A version is stored about eight times a checkpoint, and the short
+# form saves 246 kB of chat-200-delta's 3.52 MB. New threads get it only with
+# `compact_forms=True`: LangGraph takes each new version from the largest of a
+# checkpoint's versions and compares versions as text, so a release that does
+# not continue the short form (those before 2026-12-04's, which write every
+# version long) would give a short thread a long version, which sorts below
+# the short ones, and the thread's triggers would stop, silently. Every
+# process that uses the database must run a release that continues it first.
 SHORT_VERSION_DIGITS = 12
 _LONG_VERSION_DIGITS = 32
 
 
-def next_version(current: str | int | float | None) -> str:
+def next_version(current: str | int | float | None, compact: bool = False) -> str:
     """The version after `current`: zero-padded so that a thread's versions
     sort as text, with a random tail that makes the name one value forever;
-    in the width of `current` (see SHORT_VERSION_DIGITS).
+    in the width of `current`, and for a new channel (None) the short width
+    when `compact` (see SHORT_VERSION_DIGITS).
 
         >>> next_version("00000000000000000000000000000007.0.42")  # doctest: +SKIP
         '00000000000000000000000000000008.0.8444218515250481'
@@ -174,7 +176,10 @@ def next_version(current: str | int | float | None) -> str:
         '000000000008.9f3c0e6b1d2a4c57'
     """
     if current is None:
-        number, short = 0, False
+        # A short first version sorts above every long one a thread already
+        # has (its twelfth digit is 1, theirs 0), as LangGraph's forced
+        # snapshot of a never-written channel needs: the thread goes on short.
+        number, short = 0, compact
     elif isinstance(current, (int, float)):
         number, short = int(current), False
     else:
@@ -196,12 +201,17 @@ class CheckpointStore:
         page_size: int = DEFAULT_PAGE_SIZE,
         snapshot_every: int = shapes.DEFAULT_SNAPSHOT_EVERY,
         base_cache_bytes: int = DEFAULT_MAX_BYTES,
+        compact_forms: bool = False,
     ) -> None:
         if snapshot_every < 1:
             raise ValueError(f"snapshot_every must be at least 1, got {snapshot_every}")
         self.codec = codec
         self.page_size = page_size
         self.snapshot_every = snapshot_every
+        # Write the smaller stored forms that releases since 2026-12-04 read
+        # (short versions, the channel order by place; README, "Stored forms
+        # change in two releases"); every release reads both forms.
+        self.compact_forms = compact_forms
         self.bases = BaseCache(base_cache_bytes)
         self.seeds = ValueMemo(base_cache_bytes)
         self.runs = Runs()  # the LangGraph runs writing through here (see runs.py)
@@ -2018,7 +2028,9 @@ class CheckpointStore:
             order = keys if known is None else known
             document[_KEY_ORDER] = {"keys": order, "own": own} if own else order
         if not in_jsonb_order(versions):
-            document[_CHANNEL_ORDER] = list(versions)
+            document[_CHANNEL_ORDER] = (
+                _channel_places(versions) if self.compact_forms else list(versions)
+            )
         try:
             return orjson.dumps(document).decode()
         except orjson.JSONEncodeError as exc:
@@ -2171,13 +2183,18 @@ def _recorded_order(order: Any, keys: list[str]) -> list[str] | None:
     return order
 
 
+def _channel_places(versions: Mapping[str, Any]) -> str:
+    """The channels' order as where each stands in jsonb's order of them, "1,0,3,2"."""
+    place = {channel: i for i, channel in enumerate(sorted(versions, key=_jsonb_key))}
+    return ",".join(str(place[channel]) for channel in versions)
+
+
 def _recorded_channel_order(order: Any, channels: list[str]) -> list[str] | None:
-    """The channels in their recorded order: by name (what this release writes,
-    checked by `_recorded_order`), or as where each stands in jsonb's order of
-    them, "1,0,3,2", checked to be a permutation. The places take a few bytes
-    a row where the names took 92 of a chat-200-delta document's 816 (7 rows a
-    page, not 6); this release reads them so that a release that writes them
-    can run beside it, or be rolled back to it (see SHORT_VERSION_DIGITS)."""
+    """The channels in their recorded order: by name (checked by
+    `_recorded_order`), or by place (`_channel_places`, what `compact_forms`
+    writes), checked to be a permutation. The places take a few bytes a row
+    where the names took 92 of a chat-200-delta document's 816 (7 rows a page,
+    not 6); releases since 2026-12-04 read them (see SHORT_VERSION_DIGITS)."""
     if type(order) is not str:
         return _recorded_order(order, channels)
     stored = sorted(channels, key=_jsonb_key)

@@ -17,16 +17,19 @@ PgBouncer in transaction mode (`CONNECTION_MODES`).
 from __future__ import annotations
 
 import dataclasses
+import re
 from collections import Counter
 from collections.abc import Awaitable, Callable
 from typing import Any
 
+import pytest
 from langchain_core.messages import AIMessage, HumanMessage
 from langgraph.checkpoint.memory import InMemorySaver
 from langgraph.graph import StateGraph
 from langgraph.types import Command
 
 from langgraph_colosseum import AsyncColosseumSaver, ColosseumSaver
+from langgraph_colosseum._core.store import SHORT_VERSION_DIGITS
 from tests.conftest import CONNECTION_MODES, RECREATED, saver_fixtures
 from tests.integration.graphs import (
     AsyncDriver,
@@ -499,3 +502,89 @@ def test_a_thread_with_short_versions_continues_alike(
     ours.invoke(delta_message(0), fresh)
     versions = saver.get_tuple(fresh).checkpoint["channel_versions"].values()
     assert {len(v.split(".")[0]) for v in versions} == {32}
+
+
+# ============================================================ 10. compact stored forms
+
+COMPACT_SCENARIOS = [
+    (chat_scenario, chat_graph, "chat"),
+    (approval_scenario, approval_graph, "approval"),
+    (subgraph_scenario, subgraph_graph, "subgraph"),
+    (fanout_scenario, fanout_graph, "fanout"),
+    (time_travel_scenario, linear_graph, "travel"),
+    (delta_scenario, delta_graph, "delta"),
+]
+
+
+def channel_orders(saver: Any, thread_id: str) -> list[tuple[str, list, list]]:
+    """Each checkpoint's namespace (its nodes: task ids differ between savers),
+    channels and values, in their order, newest first within each namespace."""
+    found = [
+        (
+            "|".join(
+                part.split(":")[0] for part in t.config["configurable"]["checkpoint_ns"].split("|")
+            ),
+            list(t.checkpoint["channel_versions"]),
+            list(t.checkpoint["channel_values"]),
+        )
+        for t in saver.list({"configurable": {"thread_id": thread_id}})
+    ]
+    return sorted(found, key=lambda row: row[0])  # stable: each namespace's order kept
+
+
+def stored_forms(saver: ColosseumSaver, thread_prefix: str) -> tuple[set[int], list[Any]]:
+    """The widths of every version the threads' checkpoints name, and every
+    channel order they record."""
+    with saver.conn.connection() as conn:
+        rows = conn.execute(
+            "SELECT checkpoint FROM colosseum_checkpoints WHERE thread_id LIKE %s",
+            [thread_prefix + "%"],
+        ).fetchall()
+    widths = {
+        len(version.split(".")[0])
+        for (document,) in rows
+        for version in document["channel_versions"].values()
+    }
+    orders = [document["$channel_order"] for (document,) in rows if "$channel_order" in document]
+    return widths, orders
+
+
+@pytest.mark.parametrize(
+    "scenario, builder, name", COMPACT_SCENARIOS, ids=lambda v: v if isinstance(v, str) else ""
+)
+def test_compact_forms_read_and_resume_alike(
+    saver: ColosseumSaver, scenario: Scenario, builder: Builder, name: str
+) -> None:
+    """With compact_forms=True a thread's versions are short and its channel
+    order is recorded by place; state, history, tasks and interrupts match
+    InMemorySaver's step by step, by repr. The same thread then goes on under a
+    saver without the option (the option turned off again), still alike and
+    still short."""
+    thread_id = f"diff-compact-{name}"
+    saver._store.compact_forms = True
+    try:
+        reference, subject = differential_sync(scenario, builder, saver, thread_id)
+    finally:
+        saver._store.compact_forms = False
+    widths, orders = stored_forms(saver, thread_id)
+    assert widths == {SHORT_VERSION_DIGITS}
+    assert orders and all(re.fullmatch(r"\d+(,\d+)*", order) for order in orders), orders
+    # The checkpoints themselves, in every namespace: channels and values in
+    # InMemorySaver's order (the graph API does not show channel_versions).
+    assert channel_orders(saver, thread_id) == channel_orders(reference.drv.saver, thread_id)
+    turn = {"messages": [HumanMessage(content="once more", id="human-more")]}
+    if name in ("chat", "delta"):
+        expected = run_sync(reference.drv.invoke(turn, reference.config))
+        got = run_sync(subject.drv.invoke(turn, subject.config))
+        assert repr(got) == repr(expected)
+        assert repr(normalise_history(run_sync(subject.drv.history(subject.config)))) == repr(
+            normalise_history(run_sync(reference.drv.history(reference.config)))
+        )
+        assert stored_forms(saver, thread_id)[0] == {SHORT_VERSION_DIGITS}
+
+
+def test_without_compact_forms_versions_stay_long(saver: ColosseumSaver) -> None:
+    differential_sync(delta_scenario, delta_graph, saver, "diff-long-forms")
+    widths, orders = stored_forms(saver, "diff-long-forms")
+    assert widths == {32}
+    assert orders and all(type(order) is list for order in orders)

@@ -1,8 +1,8 @@
-"""`next_version`: versions keep the width of the thread's. This release writes
-InMemorySaver's long form and continues a thread that has the short one (which
-a later release will write for new threads), so that one thread never mixes
-widths: LangGraph takes each new version from the largest of a checkpoint's
-and compares them as text, and a long version sorts below a short one."""
+"""`next_version`: versions keep the width of the thread's. A new thread gets
+InMemorySaver's long form, or the short one with `compact_forms=True`, and
+either is continued in its width, so that one thread never mixes widths:
+LangGraph takes each new version from the largest of a checkpoint's and
+compares them as text, and a long version sorts below a short one."""
 
 from __future__ import annotations
 
@@ -56,3 +56,25 @@ def test_a_marked_version_keeps_its_width() -> None:
     marked = "~1f000000-0000-6000-8000-000000000000"
     assert SHORT.fullmatch(next_version(short_version(3) + marked))
     assert LONG.fullmatch(next_version(InMemorySaver().get_next_version(None, None) + marked))
+
+
+def test_compact_forms_give_a_new_channel_the_short_form() -> None:
+    first = next_version(None, compact=True)
+    assert SHORT.fullmatch(first) and int(first.split(".")[0]) == 1
+    assert SHORT.fullmatch(next_version(first, compact=True))
+    assert SHORT.fullmatch(next_version(first))  # a process without them continues it
+    # a thread's existing width wins: long and numeric versions go on long
+    long = InMemorySaver().get_next_version(None, None)
+    assert LONG.fullmatch(next_version(long, compact=True))
+    assert LONG.fullmatch(next_version(7, compact=True))
+
+
+def test_a_short_first_version_sorts_above_a_long_thread() -> None:
+    """LangGraph versions a never-written channel it must snapshot from None
+    (pregel._checkpoint.create_checkpoint): in a thread of long versions the
+    short one sorts above them all, and the versions after it go on short."""
+    long = "9" * 20
+    highest = f"{long:0>32}.0.5"  # the largest long version below 10**20
+    first = next_version(None, compact=True)
+    assert first > highest
+    assert next_version(max(first, highest)) > first
