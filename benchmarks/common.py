@@ -79,10 +79,12 @@ OURS_BOUNCER = "ColosseumSaver+PgBouncer"
 OURS_ENCRYPTED = "ColosseumSaver+Encryption"
 # Both at once (benchmarks/encryption.py; not in the main run's list).
 OURS_BOUNCER_ENCRYPTED = "ColosseumSaver+PgBouncer+Encryption"
+# Ours on Postgres alone writing the compact stored forms (`compact_forms=True`).
+OURS_COMPACT = "ColosseumSaver+compact"
 # Ours with on_conflict="raise", alone and with the Redis head (benchmarks/on_conflict.py).
 OURS_ON_CONFLICT = "ColosseumSaver+on_conflict"
 OURS_HOT_ON_CONFLICT = "ColosseumSaver+Redis+on_conflict"
-SYNC_SAVERS = (MEMORY, SQLITE, REF, OURS, OURS_HOT, OURS_BOUNCER, OURS_ENCRYPTED)
+SYNC_SAVERS = (MEMORY, SQLITE, REF, OURS, OURS_HOT, OURS_BOUNCER, OURS_ENCRYPTED, OURS_COMPACT)
 ASYNC_SAVERS = (AMEMORY, ASQLITE, AREF, AOURS, AOURS_HOT)
 REDIS_URL = os.environ.get("COLOSSEUM_BENCH_REDIS_URL", "redis://127.0.0.1:6379/0")
 # This run's keys: cleared per cell, so the bytes per hot thread are the cell's own.
@@ -463,6 +465,11 @@ def sync_saver(bench: Bench, name: str) -> Iterator[tuple[Any, Callable[[], int 
         if name in (OURS_ON_CONFLICT, OURS_HOT_ON_CONFLICT):
             cache["on_conflict"] = "raise"
         with ColosseumSaver.from_conn_string(bench.url, **cache) as saver:
+            saver.setup()
+            yield saver, lambda: bench.table_bytes(OURS)
+    elif name == OURS_COMPACT:
+        bench.truncate(OURS)
+        with ColosseumSaver.from_conn_string(bench.url, compact_forms=True) as saver:
             saver.setup()
             yield saver, lambda: bench.table_bytes(OURS)
     elif name == OURS_ENCRYPTED:

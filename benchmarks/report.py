@@ -13,6 +13,7 @@ from benchmarks.common import (
     ASYNC_SAVERS,
     OURS,
     OURS_BOUNCER,
+    OURS_COMPACT,
     OURS_HOT,
     REF,
     SYNC_SAVERS,
@@ -51,6 +52,8 @@ CHAT_FIGURES = [
     ("p50_turn_s", "p50 per turn", "s"),
     ("last10_turn_s", "median of last 10 turns", "s"),
     ("bytes_on_disk", "bytes on disk", "bytes"),
+    ("bytes_after_first_turn", "bytes on disk after the first turn", "bytes"),
+    ("bytes_added_past_first_turn", "bytes the other turns add", "bytes"),
     ("get_state_s", "get_state (median)", "s"),
     ("history_s", "full get_state_history", "s"),
     ("checkpoints", "checkpoints in history", "n"),
@@ -144,6 +147,20 @@ def compute_targets(results: dict, p: dict) -> list[dict]:
         "<=",
         0.8,
         vs + ", both with DeltaChannel",
+    )
+    add(
+        "chat-200-delta bytes on disk, compact_forms=True",
+        cell_ratio("chat-200-delta", "bytes_on_disk", OURS_COMPACT, REF),
+        "<=",
+        0.8,
+        "ColosseumSaver+compact / PostgresSaver, both with DeltaChannel",
+    )
+    add(
+        "chat-200-delta bytes the turns after the first add, compact_forms=True",
+        cell_ratio("chat-200-delta", "bytes_added_past_first_turn", OURS_COMPACT, REF),
+        "<=",
+        0.8,
+        "not the issue's figure: without each database's pages for one short thread",
     )
     add(
         "chat-200-delta full history",
