@@ -79,7 +79,9 @@ OURS_BOUNCER = "ColosseumSaver+PgBouncer"
 OURS_ENCRYPTED = "ColosseumSaver+Encryption"
 # Both at once (benchmarks/encryption.py; not in the main run's list).
 OURS_BOUNCER_ENCRYPTED = "ColosseumSaver+PgBouncer+Encryption"
-# Ours on Postgres alone writing the compact stored forms (`compact_forms=True`).
+# Ours on Postgres alone writing the compact stored forms (`compact_forms=True`);
+# in the chat cells only: on the same tables as `ours`, a cell open beside it
+# (long-20k's) would be measured together with it.
 OURS_COMPACT = "ColosseumSaver+compact"
 # Ours with on_conflict="raise", alone and with the Redis head (benchmarks/on_conflict.py).
 OURS_ON_CONFLICT = "ColosseumSaver+on_conflict"

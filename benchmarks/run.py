@@ -52,7 +52,6 @@ from benchmarks.common import (
     ASYNC_SAVERS,
     MEMORY,
     OURS,
-    OURS_COMPACT,
     REDIS_URL,
     REF,
     RESULTS_DIR,
@@ -180,9 +179,7 @@ def main(argv: list[str] | None = None) -> int:
                     results[workload] = run_conc(bench, p, ASYNC_SAVERS)
                 elif workload == "long-20k":
                     # Direct puts and reads of one long thread: the cache is not the subject.
-                    results[workload] = run_long(
-                        bench, p, (MEMORY, SQLITE, REF, OURS, OURS_COMPACT)
-                    )
+                    results[workload] = run_long(bench, p, (MEMORY, SQLITE, REF, OURS))
                 elif workload == "long-20k-graph":
                     # 20,000 graph steps take minutes per saver: the floor, the
                     # reference and ours only.
