@@ -468,8 +468,9 @@ async def test_dict_key_order_async(asaver: AsyncColosseumSaver) -> None:
 # ============================================================ 9. a thread's version form
 
 
-def _short_next_version(current: Any) -> str:
-    """get_next_version of a release that writes the short form for new threads."""
+def _short_next_version(current: Any, compact: bool = False) -> str:
+    """next_version of a process that writes the short form for every version
+    (a release whose compact forms are on, simulated with fixed tails)."""
     number = 0 if current is None else int(str(current).split(".")[0])
     return f"{number + 1:012}.{number + 1:016x}"
 
