@@ -54,7 +54,15 @@ import tempfile
 import uuid
 
 NAMES = ("memory", "ref", "ours", "ours+redis")
-MICRO = ("fresh_copy", "diff", "encode", "decode", "document", "load_document")
+MICRO = (
+    "fresh_copy",
+    "diff",
+    "encode",
+    "decode",
+    "document",
+    "load_document",
+    "load_long_document",
+)
 MICRO_CALLS = {
     "fresh_copy": 20,
     "diff": 20,
@@ -62,6 +70,7 @@ MICRO_CALLS = {
     "decode": 10,
     "document": 2000,
     "load_document": 2000,
+    "load_long_document": 2000,
 }
 
 
@@ -136,6 +145,15 @@ def _micro_child(name: str, calls: int) -> None:
     store = CheckpointStore(ValueCodec(JsonPlusSerializer(), registry))
     where = Where("t", "", checkpoint["id"], "<checkpoint>")
     document = store._checkpoint_document(checkpoint, where)
+    # a long-20k checkpoint (direct puts: one counter channel, nothing seen)
+    long_document = store._checkpoint_document(
+        {
+            "v": 4, "id": checkpoint["id"], "ts": checkpoint["ts"], "channel_values": {},
+            "channel_versions": {"counter": "00000000000000000000000000003000.0.6469848654684308"},
+            "versions_seen": {}, "pending_sends": [], "updated_channels": ["counter"],
+        },
+        where,
+    )  # fmt: skip
     run = {
         "fresh_copy": lambda: fresh_copy(messages),
         "diff": lambda: shapes.diff(grown, base, 100),
@@ -143,6 +161,7 @@ def _micro_child(name: str, calls: int) -> None:
         "decode": lambda: registry.decode(orjson.loads(encoded)),
         "document": lambda: store._checkpoint_document(checkpoint, where),
         "load_document": lambda: store._load_checkpoint_document(document),
+        "load_long_document": lambda: store._load_checkpoint_document(long_document),
     }[name]
     for _ in range(calls):
         run()

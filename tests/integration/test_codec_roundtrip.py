@@ -609,3 +609,29 @@ def test_a_recorded_key_order_holding_other_keys_is_a_corrupt_row(pg_url: str) -
             )
         with pytest.raises(CorruptRowError, match="not the document's"):
             saver.get_tuple(stored)
+
+
+@pytest.mark.parametrize(
+    "extra",
+    [
+        {"note": [1, 2], "seen_by": {"a": 1, "bb": 2}},  # no tag in the document
+        {"note": {"zz": 1, "a": 2}, "more": {"b": [{"yy": 1, "x": 2}]}},  # key orders tagged
+        {"note": "$t"},  # the tag's name as a value
+    ],
+    ids=["plain", "reordered", "tag-as-text"],
+)
+def test_a_checkpoint_document_reads_back_as_put(saver: ColosseumSaver, extra: dict) -> None:
+    """A checkpoint's own keys beside LangGraph's read back as InMemorySaver
+    gives them, by repr, through get_tuple and list: dicts jsonb would reorder
+    (whose key order the codec tags) as plain ones, which are read without
+    the codec's walk."""
+    memory = InMemorySaver()
+    checkpoint = {**empty_checkpoint(), **extra}
+    checkpoint["versions_seen"] = {"node": {"x": "1"}}
+    config = {
+        "configurable": {"thread_id": f"document-{uuid.uuid4().hex[:8]}", "checkpoint_ns": ""}
+    }
+    want = memory.get_tuple(memory.put(config, dict(checkpoint), {"step": -1}, {}))
+    stored = saver.put(config, dict(checkpoint), {"step": -1}, {})
+    for got in (saver.get_tuple(stored), *saver.list(config)):
+        assert got is not None and repr(got.checkpoint) == repr(want.checkpoint)
