@@ -457,21 +457,18 @@ def sync_saver(bench: Bench, name: str) -> Iterator[tuple[Any, Callable[[], int 
         with PostgresSaver.from_conn_string(bench.url) as saver:
             saver.setup()
             yield saver, lambda: bench.table_bytes(REF)
-    elif name in (OURS, OURS_HOT, OURS_ON_CONFLICT, OURS_HOT_ON_CONFLICT):
+    elif name in (OURS, OURS_HOT, OURS_ON_CONFLICT, OURS_HOT_ON_CONFLICT, OURS_COMPACT):
         bench.truncate(OURS)
         bench.clear_cache()
         hot = name in (OURS_HOT, OURS_HOT_ON_CONFLICT)
-        cache: dict[str, Any] = (
+        options: dict[str, Any] = (
             {"redis_url": bench.redis_url, "cache_prefix": CACHE_PREFIX} if hot else {}
         )
         if name in (OURS_ON_CONFLICT, OURS_HOT_ON_CONFLICT):
-            cache["on_conflict"] = "raise"
-        with ColosseumSaver.from_conn_string(bench.url, **cache) as saver:
-            saver.setup()
-            yield saver, lambda: bench.table_bytes(OURS)
-    elif name == OURS_COMPACT:
-        bench.truncate(OURS)
-        with ColosseumSaver.from_conn_string(bench.url, compact_forms=True) as saver:
+            options["on_conflict"] = "raise"
+        if name == OURS_COMPACT:
+            options["compact_forms"] = True
+        with ColosseumSaver.from_conn_string(bench.url, **options) as saver:
             saver.setup()
             yield saver, lambda: bench.table_bytes(OURS)
     elif name == OURS_ENCRYPTED:

@@ -26,8 +26,8 @@ figures of one run, or use `--micro`.
 I/O at all, and these counts repeat exactly: `fresh_copy` of 600 messages (a
 Redis or cached read hands each caller its own copy), a put's change
 detection of those 600 messages grown by one (`shapes.diff`), the typed codec's
-encoding and decoding of those 600 messages, and one conc-32 checkpoint
-document written and read. Each is run 0 and N times in a child under
+encoding and decoding of those 600 messages, one conc-32 checkpoint
+document written and read, and one long-20k checkpoint document read. Each is run 0 and N times in a child under
 valgrind; the difference per call is printed.
 
     python -m benchmarks.instructions --micro
