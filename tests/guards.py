@@ -57,6 +57,7 @@ LATE_HEADS = "tests/integration/test_late_heads.py"
 LOST_REPLIES = "tests/integration/test_lost_replies.py"
 RETENTION = "tests/integration/test_retention.py"
 RUNS_LOCK_ORDER = "tests/integration/test_runs_lock_order.py"
+READ_MEMO = "tests/integration/test_read_memo.py"
 LAPSED_PAGES = (
     "tests/integration/test_threads.py"
     "::test_search_and_count_read_each_row_as_its_lease_says_on_every_page[postgres]"
@@ -1394,6 +1395,37 @@ GUARDS: list[Guard] = [
         original="            Query(LOCK_THREAD, params),\n            Query(FINISH, params),\n",
         mutant="            Query(FINISH, params),\n",
         tests=(f"{RUNS_LOCK_ORDER}::test_a_finish_waiting_for_the_thread_row_holds_no_run_record",),
+    ),
+    Guard(
+        name="read memo: Postgres leaves a checkpoint out only while its row is the version read",
+        file="langgraph_colosseum/_core/sql.py",
+        original='_MEMO_HIT = "c.row_version = %(memo)s"',
+        mutant='_MEMO_HIT = "c.checkpoint_id IS NOT NULL AND %(memo)s IS NOT NULL"',
+        tests=(
+            f"{READ_MEMO}::test_a_checkpoint_rewritten_by_another_process_is_read_as_rewritten",
+            f"{READ_MEMO}::test_the_async_saver_remembers_alike",
+        ),
+    ),
+    Guard(
+        name="read memo: a row's version is its place too, not only its transaction",
+        file="langgraph_colosseum/_core/sql.py",
+        original="_ROW_VERSION = \"c.xmin::text || ':' || c.ctid::text\"",
+        mutant='_ROW_VERSION = "c.xmin::text"',
+        tests=(
+            f"{READ_MEMO}::test_a_checkpoint_rewritten_twice_in_one_transaction_is_read_as_rewritten",
+        ),
+    ),
+    Guard(
+        name="read memo: a remembered read is used only when Postgres answered for that version",
+        file="langgraph_colosseum/_core/store.py",
+        original=(
+            "if row is not None and kept is not None and row[_ROW_VERSION] == kept.row_version:"
+        ),
+        mutant="if row is not None and kept is not None:",
+        tests=(
+            f"{READ_MEMO}::test_a_checkpoint_rewritten_by_another_process_is_read_as_rewritten",
+            f"{READ_MEMO}::test_a_remembered_read_by_checkpoint_id",
+        ),
     ),
 ]
 

@@ -13,6 +13,7 @@ from __future__ import annotations
 import threading
 from collections import OrderedDict
 from collections.abc import Iterable
+from typing import Any, NamedTuple
 
 from langgraph_colosseum._core.shapes import Base
 
@@ -81,3 +82,80 @@ class BaseCache:
         with self._lock:
             doomed = [key for key in self._entries if key[0] in threads]
         self.forget(doomed)
+
+
+class Seen(NamedTuple):
+    """A checkpoint row version read once, and nothing of it kept (see `CheckpointMemo`)."""
+
+    row_version: str  # sql._ROW_VERSION of the row read
+    checkpoint_id: str
+    size: int = 0
+
+
+class Remembered(NamedTuple):
+    """A checkpoint as a read decoded it: everything of it but its pending writes.
+
+    `values` are private objects (a base's own, or copies); the document has no
+    channel_values (see store._checkpoint_document)."""
+
+    row_version: str  # sql._ROW_VERSION of the row it was decoded from
+    checkpoint_id: str
+    document: dict[str, Any]
+    metadata: dict[str, Any]
+    values: dict[str, Any]
+    size: int  # the encoded size it stands for
+
+
+class CheckpointMemo:
+    """The checkpoint each (thread, namespace) was last read at, decoded.
+
+    A read of that thread sends the version of the remembered row, and
+    Postgres leaves out the document, metadata and value rows while the row is
+    still that version (sql._MEMO_HIT): a head read again and again (a UI
+    polling `get_state`) is decoded once. The answer comes from Postgres
+    every time, in the read's own snapshot, so a deleted or rewritten
+    checkpoint is never served from here; an entry only saves decoding.
+    Callers get fresh copies. Bounded by the encoded size of what it holds,
+    like the bases.
+
+    A row version read for the first time is only noted (`Seen`); the second
+    read of it keeps what it decoded (`Remembered`). Most heads are read
+    once (a run reads the head the last run wrote, then moves it), and
+    keeping each would cost private copies of every head read for nothing.
+    """
+
+    def __init__(self, max_bytes: int = DEFAULT_MAX_BYTES) -> None:
+        self.max_bytes = max_bytes
+        self._entries: OrderedDict[tuple[str, str], Seen | Remembered] = OrderedDict()
+        self._bytes = 0
+        self._lock = threading.Lock()  # guards the dict only, never held across I/O
+
+    def peek(self, thread_id: str, checkpoint_ns: str) -> Seen | Remembered | None:
+        """The entry itself, shared: what is handed out of it is copied (store.get_tuple)."""
+        with self._lock:
+            return self._entries.get((thread_id, checkpoint_ns))
+
+    def put(self, thread_id: str, checkpoint_ns: str, entry: Seen | Remembered) -> None:
+        key = (thread_id, checkpoint_ns)
+        with self._lock:
+            old = self._entries.pop(key, None)
+            if old is not None:
+                self._bytes -= old.size
+            if entry.size > self.max_bytes:
+                return
+            self._entries[key] = entry
+            self._bytes += entry.size
+            while self._bytes > self.max_bytes:
+                _, evicted = self._entries.popitem(last=False)
+                self._bytes -= evicted.size
+
+    def touch(self, thread_id: str, checkpoint_ns: str) -> None:
+        with self._lock:
+            if (thread_id, checkpoint_ns) in self._entries:
+                self._entries.move_to_end((thread_id, checkpoint_ns))
+
+    def forget_threads(self, thread_ids: Iterable[str]) -> None:
+        threads = set(thread_ids)
+        with self._lock:
+            for key in [k for k in self._entries if k[0] in threads]:
+                self._bytes -= self._entries.pop(key).size

@@ -75,6 +75,7 @@ LEFT JOIN LATERAL (
             LIMIT 1
         ) AS v
         WHERE %(known)s::jsonb ->> ver.channel IS DISTINCT FROM ver.version
+          AND c.row_version IS DISTINCT FROM %(memo)s  -- the reader has them all
       UNION ALL
         SELECT b.* FROM chain
         CROSS JOIN LATERAL (
@@ -92,16 +93,37 @@ LEFT JOIN LATERAL (
     FROM chain AS v
 ) cv ON true
 """
-_TUPLE_FROM = f"FROM colosseum_checkpoints c {_TUPLE_JOINS}"
+
+# A checkpoint row's version: the transaction that wrote it and the row's
+# place in the table. Every insert or update of the row changes it (an update
+# writes a new row version at a new place, even twice in one transaction);
+# VACUUM FULL or CLUSTER move the row, which only makes a reader decode it
+# again. A transaction id comes back only after 2^32 transactions, and then
+# also at that very place.
+_ROW_VERSION = "c.xmin::text || ':' || c.ctid::text"
+
+# The checkpoint a reader remembers decoded (`memo`: the version of the row it
+# decoded, store.CheckpointStore.get_tuple; NULL: none): when the row is still
+# that version, its document, metadata and value rows are not sent (a
+# conditional read, like HTTP's If-None-Match). Its pending writes are sent
+# either way: they are other rows, and change while the checkpoint does not.
+_MEMO_HIT = "c.row_version = %(memo)s"
 
 _TUPLE_COLUMNS = f"""
-    {_CHECKPOINT_COLUMNS}, cv.value_rows
+    c.thread_id, c.checkpoint_ns, c.checkpoint_id, c.parent_checkpoint_id,
+    CASE WHEN {_MEMO_HIT} THEN NULL ELSE c.checkpoint::text END,
+    CASE WHEN {_MEMO_HIT} THEN NULL ELSE c.metadata::text END,
+    w.writes, cv.value_rows, c.row_version
 """
 
 _GET_TUPLE_BY_ID = f"""
-SELECT {_TUPLE_COLUMNS} {_TUPLE_FROM}
-WHERE c.thread_id = %(thread_id)s AND c.checkpoint_ns = %(checkpoint_ns)s
-  AND c.checkpoint_id = %(checkpoint_id)s
+SELECT {_TUPLE_COLUMNS}
+FROM (
+    SELECT c.*, {_ROW_VERSION} AS row_version FROM colosseum_checkpoints c
+    WHERE c.thread_id = %(thread_id)s AND c.checkpoint_ns = %(checkpoint_ns)s
+      AND c.checkpoint_id = %(checkpoint_id)s
+) AS c
+{_TUPLE_JOINS}
 """
 
 # The latest checkpoint is chosen first, alone, and the joins read its one
@@ -114,7 +136,7 @@ WHERE c.thread_id = %(thread_id)s AND c.checkpoint_ns = %(checkpoint_ns)s
 _GET_TUPLE_LATEST = f"""
 SELECT {_TUPLE_COLUMNS}
 FROM (
-    SELECT * FROM colosseum_checkpoints c
+    SELECT c.*, {_ROW_VERSION} AS row_version FROM colosseum_checkpoints c
     WHERE c.thread_id = %(thread_id)s AND c.checkpoint_ns = %(checkpoint_ns)s
     ORDER BY c.checkpoint_id DESC
     LIMIT 1

@@ -11,7 +11,7 @@ import functools
 import logging
 import math
 import random
-from collections.abc import Callable, Iterator, Mapping, Sequence
+from collections.abc import Callable, Iterable, Iterator, Mapping, Sequence
 from datetime import timedelta
 from typing import Any
 
@@ -35,7 +35,14 @@ from langgraph.checkpoint.serde.types import ERROR, INTERRUPT
 
 from langgraph_colosseum._core import schema, shapes, sql
 from langgraph_colosseum._core.arrays import IntArray, TextArray
-from langgraph_colosseum._core.bases import DEFAULT_MAX_BYTES, BaseCache, ChannelKey
+from langgraph_colosseum._core.bases import (
+    DEFAULT_MAX_BYTES,
+    BaseCache,
+    ChannelKey,
+    CheckpointMemo,
+    Remembered,
+    Seen,
+)
 from langgraph_colosseum._core.codec import TAG, in_jsonb_order, is_object_key
 from langgraph_colosseum._core.crypt import (
     RowSealError,
@@ -215,6 +222,7 @@ class CheckpointStore:
         self.compact_forms = compact_forms
         self.bases = BaseCache(base_cache_bytes)
         self.seeds = ValueMemo(base_cache_bytes)
+        self.memo = CheckpointMemo(base_cache_bytes)  # the heads read (see get_tuple)
         self.runs = Runs()  # the LangGraph runs writing through here (see runs.py)
         self.thread_ttl: timedelta | None = None  # set by Retention (threads.py)
         self.read_touches = ReadTouches()  # reads that pushed an expiry back (expiry.py)
@@ -236,6 +244,7 @@ class CheckpointStore:
         clone.codec = codec
         clone.bases = BaseCache(self.bases.max_bytes)
         clone.seeds = ValueMemo(self.seeds.max_bytes)
+        clone.memo = CheckpointMemo(self.memo.max_bytes)
         return clone
 
     def with_versions(self, versions: StateVersions) -> CheckpointStore:
@@ -248,10 +257,19 @@ class CheckpointStore:
         clone.versions = versions
         return clone
 
+    def forget_threads(self, thread_ids: Iterable[str]) -> None:
+        """Drop what this process holds decoded of these threads (deleted,
+        rewritten or copied over: a base must not outlive its rows)."""
+        thread_ids = list(thread_ids)
+        self.bases.forget_threads(thread_ids)
+        self.seeds.forget_threads(thread_ids)
+        self.memo.forget_threads(thread_ids)
+
     def forget_decoded(self) -> None:
         """Drop every decoded value held: the codec now revives other classes."""
         self.bases = BaseCache(self.bases.max_bytes)
         self.seeds = ValueMemo(self.seeds.max_bytes)
+        self.memo = CheckpointMemo(self.memo.max_bytes)
 
     # ------------------------------------------------------------ schema
 
@@ -309,11 +327,19 @@ class CheckpointStore:
             elif seq is not None:
                 bases = {}  # a refill of the hot head must carry every row
         known = {channel: base.version for channel, base in bases.items()}
+        # The checkpoint this process last decoded here, if it is the one asked
+        # for: Postgres sends its document, metadata and values only if its row
+        # changed since (sql._MEMO_HIT). Not for a refill, which carries every row.
+        memo = self.memo.peek(thread_id, checkpoint_ns) if seq is None else None
+        if memo is not None and checkpoint_id and memo.checkpoint_id != checkpoint_id:
+            memo = None
+        kept = memo if type(memo) is Remembered else None
         params = {
             "thread_id": thread_id,
             "checkpoint_ns": checkpoint_ns,
             "ttl": self.thread_ttl,
             "known": orjson.dumps(known).decode(),
+            "memo": kept.row_version if kept is not None else None,
         }
         # With a retention policy, reading a thread also pushes its expiry back.
         touch = sql.TOUCH_THREAD if self.thread_ttl is not None else ""
@@ -345,16 +371,31 @@ class CheckpointStore:
             self.read_touches.record(thread_id, started, self.thread_ttl.total_seconds())
         row = rows[0] if rows else None
         value_rows = []
-        if row is not None:
-            value_rows = parse_value_rows(row[0], row[1], row[_CHECKPOINT_COLUMNS])
-            row = _expanded(row)
         result = None
-        if row is not None:
+        if row is not None and kept is not None and row[_ROW_VERSION] == kept.row_version:
+            self.memo.touch(thread_id, checkpoint_ns)
+            row = _expanded(row)
+            result = self._assembled(
+                row,
+                fresh_copy(kept.document),
+                fresh_copy(kept.metadata),
+                {channel: fresh_copy(value) for channel, value in kept.values.items()},
+                resume=True,
+            )
+        elif row is not None:
+            value_rows = parse_value_rows(row[0], row[1], row[_CHECKPOINT_COLUMNS])
+            row_version, value_rows_text = row[_ROW_VERSION], row[_CHECKPOINT_COLUMNS]
+            row = _expanded(row)
             document = self._load_document(row)
             values = self._materializer(thread_id, checkpoint_ns, document, bases)
             values.add(value_rows)
-            result = self._checkpoint_tuple(row, document, values, resume=True)
+            metadata, channel_values = self._decoded(row, document, values)
             self._remember_bases(row[0], row[1], document, values)
+            if seq is None:
+                self._remember_read(
+                    row, row_version, memo, document, metadata, channel_values, value_rows_text
+                )
+            result = self._assembled(row, document, metadata, channel_values, resume=True)
         # Only what read back cleanly goes to Redis: a corrupt row stays a miss.
         if seq is not None:
             assert self.hot is not None
@@ -1085,8 +1126,7 @@ class CheckpointStore:
                 Query(sql.COLLECT_UNREFERENCED_VALUES, {"thread_ids": threads}, fetch=False),
                 Query(sql.MOVE_EPOCHS, {"thread_ids": threads}, fetch=False),
             )))  # fmt: skip
-            self.bases.forget_threads(threads)
-            self.seeds.forget_threads(threads)
+            self.forget_threads(threads)
             yield from self._drop_heads(threads, results, asked_at)
         keys = run.take_pending()
         if keys:
@@ -1108,8 +1148,7 @@ class CheckpointStore:
         thread_id = params["thread_id"]
         if deleted is not None:
             # Whatever this process holds decoded of the thread is deleted content.
-            self.bases.forget_threads([thread_id])
-            self.seeds.forget_threads([thread_id])
+            self.forget_threads([thread_id])
             raise CheckpointDeletedError(
                 thread_id=thread_id,
                 checkpoint_ns=params["checkpoint_ns"],
@@ -1371,8 +1410,7 @@ class CheckpointStore:
         if not thread_ids:
             return
         params = {"thread_ids": [checked_key("thread_id", str(t)) for t in thread_ids]}
-        self.bases.forget_threads(params["thread_ids"])
-        self.seeds.forget_threads(params["thread_ids"])
+        self.forget_threads(params["thread_ids"])
         deletes = sql.DELETE_EXPIRED_THREADS if only_expired else sql.DELETE_THREADS
         tombstones = sql.TOMBSTONE_EXPIRED_THREADS if only_expired else sql.TOMBSTONE_THREADS
         # The lock first: the writes in flight land before, and are deleted too.
@@ -1389,8 +1427,7 @@ class CheckpointStore:
         asked_at = self._clock()
         results = yield Transaction(self._reading_incarnation(queries))
         # A put that committed before the delete may have cached values since.
-        self.bases.forget_threads(params["thread_ids"])
-        self.seeds.forget_threads(params["thread_ids"])
+        self.forget_threads(params["thread_ids"])
         yield from self._drop_heads(params["thread_ids"], results, asked_at)
 
     def copy_thread(self, source_thread_id: str, target_thread_id: str) -> Operation[None]:
@@ -1405,8 +1442,7 @@ class CheckpointStore:
             "source": checked_key("thread_id", str(source_thread_id)),
             "target": checked_key("thread_id", str(target_thread_id)),
         }
-        self.bases.forget_threads([params["target"]])
-        self.seeds.forget_threads([params["target"]])
+        self.forget_threads([params["target"]])
         statements = sql.COPY_THREAD
         if self.codec.encryption is not None:
             # Each row is bound to its thread (the AES-GCM associated data):
@@ -1527,8 +1563,7 @@ class CheckpointStore:
         kept = yield Query(sql.OLDEST_KEPT_PER_NAMESPACE, {"thread_ids": thread_list, "keep": keep})
         if not kept:
             return
-        self.bases.forget_threads(thread_list)
-        self.seeds.forget_threads(thread_list)
+        self.forget_threads(thread_list)
         queries = [Query(sql.DELETE_LOCK, {"thread_ids": thread_list}, fetch=False)]
         queries += yield from self._freeze_histories([row[:4] for row in kept])
         queries += yield from self._compact(kept)
@@ -1544,8 +1579,7 @@ class CheckpointStore:
         queries.append(Query(sql.MOVE_EPOCHS, {"thread_ids": thread_list}, fetch=False))
         asked_at = self._clock()
         results = yield Transaction(self._reading_incarnation(queries))
-        self.bases.forget_threads(thread_list)
-        self.seeds.forget_threads(thread_list)
+        self.forget_threads(thread_list)
         yield from self._drop_heads(thread_list, results, asked_at)
 
     def delete_for_runs(self, run_ids: Sequence[str]) -> Operation[None]:
@@ -1569,8 +1603,7 @@ class CheckpointStore:
         threads = yield Query(sql.THREADS_OF_RUNS, params)
         if not threads:
             return
-        self.bases.forget_threads([row[0] for row in threads])
-        self.seeds.forget_threads([row[0] for row in threads])
+        self.forget_threads([row[0] for row in threads])
         boundaries = yield Query(sql.RUN_BOUNDARIES, params)
         queries = [Query(sql.DELETE_LOCK, {"thread_ids": [row[0] for row in threads]}, fetch=False)]
         queries += yield from self._freeze_histories(boundaries)
@@ -1583,8 +1616,7 @@ class CheckpointStore:
         queries.append(Query(sql.MOVE_EPOCHS, thread_ids, fetch=False))
         asked_at = self._clock()
         results = yield Transaction(self._reading_incarnation(queries))
-        self.bases.forget_threads([row[0] for row in threads])
-        self.seeds.forget_threads([row[0] for row in threads])
+        self.forget_threads([row[0] for row in threads])
         yield from self._drop_heads([row[0] for row in threads], results, asked_at)
 
     def _reading_incarnation(self, queries: Sequence[Query]) -> tuple[Query, ...]:
@@ -1868,20 +1900,14 @@ class CheckpointStore:
     ) -> CheckpointTuple:
         """A CheckpointTuple from a checkpoint row (checkpoint, metadata, writes),
         as the graph's state version sees it. `resume`: a run may continue from it."""
-        (thread_id, checkpoint_ns, checkpoint_id, parent_id, checkpoint_json, metadata_json,
-         w_task_ids, w_idxs, w_task_paths, w_channels, w_encodings, w_jsons, w_datas,
-         w_types, w_state_versions) = row[:_CHECKPOINT_WIDTH]  # fmt: skip
-        if w_task_ids and sql.CLAIM_TASK_ID in w_task_ids:
-            # the claim of on_conflict="raise" is no pending write (sql._OPTIMISTIC)
-            keep = [i for i, t in enumerate(w_task_ids) if t != sql.CLAIM_TASK_ID]
-            (w_task_ids, w_idxs, w_task_paths, w_channels, w_encodings, w_jsons, w_datas,
-             w_types) = (
-                [column[i] for i in keep]
-                for column in (w_task_ids, w_idxs, w_task_paths, w_channels, w_encodings,
-                               w_jsons, w_datas, w_types)
-            )  # fmt: skip
-            if w_state_versions:
-                w_state_versions = [w_state_versions[i] for i in keep]
+        metadata, channel_values = self._decoded(row, document, values)
+        return self._assembled(row, document, metadata, channel_values, resume=resume)
+
+    def _decoded(
+        self, row: tuple, document: dict[str, Any], values: Materializer
+    ) -> tuple[CheckpointMetadata, dict[str, Any]]:
+        """The metadata and channel values of a checkpoint row."""
+        thread_id, checkpoint_ns, checkpoint_id, _, checkpoint_json, metadata_json = row[:6]
         # The associated data binds sealed rows to their place; without
         # encryption= nothing is opened with it (and a sealed row is refused
         # before it is read), so it is not built: the metadata's re-parses the
@@ -1903,13 +1929,41 @@ class CheckpointStore:
             if key not in values.values and row_ is None:
                 continue  # no value stored for this version (as InMemorySaver)
             if row_ is not None and row_.encoding == EMPTY_ENCODING:
-                if self.codec.encryption is not None:
+                if sealed:
                     try:  # an "empty" that is not sealed as one would hide the value
                         self.codec.open_value_row(row_)
                     except RowSealError as exc:
                         raise corrupt_row(key[:3], checkpoint_id, exc) from None
                 continue
             channel_values[channel] = values.value(key, checkpoint_id)
+        return metadata, channel_values
+
+    def _assembled(
+        self,
+        row: tuple,
+        document: dict[str, Any],
+        metadata: CheckpointMetadata,
+        channel_values: dict[str, Any],
+        *,
+        resume: bool,
+    ) -> CheckpointTuple:
+        """The CheckpointTuple of a checkpoint decoded (or remembered decoded)
+        with the pending writes of its row, as the graph's state version sees it."""
+        (thread_id, checkpoint_ns, checkpoint_id, parent_id, _, _,
+         w_task_ids, w_idxs, w_task_paths, w_channels, w_encodings, w_jsons, w_datas,
+         w_types, w_state_versions) = row[:_CHECKPOINT_WIDTH]  # fmt: skip
+        if w_task_ids and sql.CLAIM_TASK_ID in w_task_ids:
+            # the claim of on_conflict="raise" is no pending write (sql._OPTIMISTIC)
+            keep = [i for i, t in enumerate(w_task_ids) if t != sql.CLAIM_TASK_ID]
+            (w_task_ids, w_idxs, w_task_paths, w_channels, w_encodings, w_jsons, w_datas,
+             w_types) = (
+                [column[i] for i in keep]
+                for column in (w_task_ids, w_idxs, w_task_paths, w_channels, w_encodings,
+                               w_jsons, w_datas, w_types)
+            )  # fmt: skip
+            if w_state_versions:
+                w_state_versions = [w_state_versions[i] for i in keep]
+        sealed = self.codec.encryption is not None
         pending: list[tuple[tuple[str, str, int], PendingWrite, int | None]] = []
         for i, channel in enumerate(w_channels or ()):
             aad = write_aad(
@@ -1968,6 +2022,37 @@ class CheckpointStore:
             self.bases.put(
                 key[:3], shapes.Base(key[3], private.value(key), depth, delta_bytes, full_bytes)
             )
+
+    def _remember_read(
+        self,
+        row: tuple,
+        row_version: str,
+        seen: Seen | Remembered | None,
+        document: dict[str, Any],
+        metadata: CheckpointMetadata,
+        channel_values: dict[str, Any],
+        value_rows_text: str | None,
+    ) -> None:
+        """After a read of Postgres, note the row version read for its (thread,
+        namespace) (see get_tuple); read a second time (`seen`), keep what it
+        decoded, in private objects: a value held as a base at the version
+        read is that base's own (a base is never changed), any other a copy."""
+        thread_id, checkpoint_ns, checkpoint_id, _, checkpoint_json, metadata_json = row[:6]
+        if seen is None or seen.row_version != row_version:
+            self.memo.put(thread_id, checkpoint_ns, Seen(row_version, checkpoint_id))
+            return
+        size = len(checkpoint_json) + len(metadata_json) + len(value_rows_text or "")
+        values = {}
+        for channel, value in channel_values.items():
+            base = self.bases.get((thread_id, checkpoint_ns, channel))
+            if base is not None and base.version == str(document["channel_versions"][channel]):
+                values[channel] = base.value
+                size += base.full_bytes + base.delta_bytes
+            else:
+                values[channel] = fresh_copy(value)
+        self.memo.put(thread_id, checkpoint_ns, Remembered(
+            row_version, checkpoint_id, fresh_copy(document), fresh_copy(metadata), values, size,
+        ))  # fmt: skip
 
     def _load(
         self,
@@ -2100,6 +2185,9 @@ _COPY_ARRAYS = (
 # `_expanded` split the writes into nine columns (a hot head's rows too).
 _CHECKPOINT_COLUMNS = 7
 _CHECKPOINT_WIDTH = 15
+# In a GET_TUPLE row (before `_expanded`): the version of its checkpoint row,
+# after the value rows (sql._ROW_VERSION).
+_ROW_VERSION = _CHECKPOINT_COLUMNS + 1
 _NO_WRITES = (None,) * (_CHECKPOINT_WIDTH - 6)
 
 
