@@ -346,6 +346,8 @@ def _is_round_trip(conn: Any, gen: Any) -> bool:
     from psycopg.pq import TransactionStatus
 
     name = getattr(gen, "__qualname__", "")
+    if name == "_send_all":  # a request sent ahead: its reply is read (and counted) later
+        return False
     if name in ("BaseConnection._commit_gen", "BaseConnection._rollback_gen"):
         return conn.pgconn.transaction_status != TransactionStatus.IDLE
     pipeline = conn._pipeline

@@ -352,6 +352,12 @@ def _round_trip(
     `replies`, per request, its results (one per step) once its Sync is read,
     so a round trip cut short still tells whose replies were read; leaves
     pipeline mode."""
+    yield from _send_all(pgconn, segments)
+    yield from _read_all(pgconn, len(segments), replies)
+
+
+def _send_all(pgconn: Any, segments: list[list[tuple[Any, ...]]]) -> Any:
+    """The first half of `_round_trip`: everything sent, nothing read."""
     pgconn.enter_pipeline_mode()
     for steps in segments:
         for step in steps:
@@ -365,8 +371,12 @@ def _round_trip(
     while pgconn.flush():  # a large request: the server may answer while we send
         if (yield _WAIT_RW) & _READY_R:
             pgconn.consume_input()
+
+
+def _read_all(pgconn: Any, count: int, replies: list[list[Any]]) -> Any:
+    """The second half of `_round_trip`: the replies of `count` requests."""
     results: list[Any] = []
-    while len(replies) < len(segments):
+    while len(replies) < count:
         while pgconn.is_busy():
             yield _WAIT_R
             pgconn.consume_input()
@@ -554,6 +564,101 @@ def _raise_or_return(outcome: Outcome) -> Any:
     if outcome.error is not None:
         raise outcome.error
     return outcome.value
+
+
+class _Unread:
+    """A request sent on a connection and not yet read (io.Ahead): the
+    connection is its own, and its lock held, until it is read."""
+
+    def __init__(self, conn: Any, request: Request, statements: list[_Statement]) -> None:
+        self.conn = conn
+        self.batch = [(request, statements)]
+        self.exchange = _lean_exchange(conn, request, statements)
+
+    def _result(self, replies: list[list[Any]]) -> Any:
+        outcomes: list[Outcome | None] = [None]
+        _lean_end([0], self.batch, [self.exchange], replies, None, outcomes, last=True)
+        with schema_errors():
+            return _raise_or_return(outcomes[0])  # type: ignore[arg-type]
+
+
+class SentAhead(_Unread):
+    def read(self) -> Any:
+        """The request's result, or its error; the connection is free after."""
+        replies: list[list[Any]] = []
+        try:
+            with schema_errors():
+                self.conn.wait(_read_all(self.conn.pgconn, 1, replies))
+        except BaseException:
+            _abandon(self.conn)
+            raise
+        finally:
+            self.conn.lock.release()
+        return self._result(replies)
+
+    def abandon(self) -> None:
+        """Its result is not wanted: its reply read to the end and dropped, so
+        the connection is clean again (closed if that fails)."""
+        try:
+            self.read()
+        except Exception:
+            pass  # read() closed the connection: the pool replaces it
+
+
+class AsyncSentAhead(_Unread):
+    async def read(self) -> Any:
+        replies: list[list[Any]] = []
+        try:
+            with schema_errors():
+                await self.conn.wait(_read_all(self.conn.pgconn, 1, replies))
+        except BaseException:
+            _abandon(self.conn)
+            raise
+        finally:
+            self.conn.lock.release()
+        return self._result(replies)
+
+    async def abandon(self) -> None:
+        try:
+            await self.read()
+        except Exception:
+            pass
+
+
+def send_ahead(conn: psycopg.Connection, request: Request) -> SentAhead | None:
+    """`request` sent on `conn` (lean only), its reply left to `SentAhead.read`;
+    None when it cannot go that way (then nothing was sent)."""
+    statements = lean_statements(request) if _lean_ready(conn) else None
+    if statements is None:
+        return None
+    conn.lock.acquire()
+    try:
+        if conn.pgconn.status == _BAD:
+            raise _closed()
+        sent = SentAhead(conn, request, statements)
+        conn.wait(_send_all(conn.pgconn, [sent.exchange.steps]))
+    except BaseException:
+        _abandon(conn)
+        conn.lock.release()
+        raise
+    return sent
+
+
+async def asend_ahead(conn: psycopg.AsyncConnection, request: Request) -> AsyncSentAhead | None:
+    statements = lean_statements(request) if _lean_ready(conn) else None
+    if statements is None:
+        return None
+    await conn.lock.acquire()
+    try:
+        if conn.pgconn.status == _BAD:
+            raise _closed()
+        sent = AsyncSentAhead(conn, request, statements)
+        await conn.wait(_send_all(conn.pgconn, [sent.exchange.steps]))
+    except BaseException:
+        _abandon(conn)
+        conn.lock.release()
+        raise
+    return sent
 
 
 # _DEALLOCATED. Someone ran DEALLOCATE ALL or DISCARD ALL on the connection

@@ -34,8 +34,10 @@ from langgraph_colosseum._driver import (
     CONFLICTS,
     RETRIES_ON_BROKEN_CONNECTION,
     RETRIES_ON_CONFLICT,
+    AsyncSentAhead,
     aperform,
     aprobe,
+    asend_ahead,
     conflict_pause,
     connection_kwargs,
     is_connection_failure,
@@ -48,6 +50,7 @@ from langgraph_colosseum._notify import alisten
 from langgraph_colosseum._pool import (
     AsyncStampingConnectionPool,
     PoolSettings,
+    has_a_spare,
     pool_arguments,
     require_transaction_mode_safe,
 )
@@ -293,7 +296,23 @@ class AsyncColosseumSaver(ColosseumSaverBase[AsyncThreads]):
         return await io.arun(op, self._perform)
 
     def _astream(self, op: Operation[Any]) -> AsyncIterator[Any]:
-        return io.astream(op, self._perform)
+        return io.astream(op, self._perform, self._send_ahead)
+
+    async def _send_ahead(self, request: Request) -> _Lent | None:
+        """`request` sent on a connection of the pool and left unread (io.Ahead),
+        or None: as the blocking saver's (saver.ColosseumSaver._send_ahead)."""
+        pool = self.conn
+        if not isinstance(pool, AsyncConnectionPool) or not has_a_spare(pool):
+            return None
+        conn = await pool.getconn()
+        try:
+            sent = await asend_ahead(conn, request)
+        except Exception:  # nothing to lose: it is performed when collected
+            sent = None
+        if sent is None:
+            await pool.putconn(conn)
+            return None
+        return _Lent(pool, sent)
 
     # Blocking calls are sent to the saver's event loop from another thread.
     def _loop_for_blocking_call(self) -> asyncio.AbstractEventLoop:
@@ -327,3 +346,25 @@ class AsyncColosseumSaver(ColosseumSaverBase[AsyncThreads]):
                 yield asyncio.run_coroutine_threadsafe(items.__anext__(), loop).result()
             except StopAsyncIteration:
                 return
+
+
+class _Lent:
+    """A request sent ahead on a pool's connection, which goes back once read."""
+
+    __slots__ = ("pool", "sent")
+
+    def __init__(self, pool: AsyncConnectionPool, sent: AsyncSentAhead) -> None:
+        self.pool = pool
+        self.sent = sent
+
+    async def read(self) -> Any:
+        try:
+            return await self.sent.read()
+        finally:
+            await self.pool.putconn(self.sent.conn)
+
+    async def abandon(self) -> None:
+        try:
+            await self.sent.abandon()
+        finally:
+            await self.pool.putconn(self.sent.conn)

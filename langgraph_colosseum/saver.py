@@ -29,6 +29,7 @@ from langgraph_colosseum._driver import (
     CONFLICTS,
     RETRIES_ON_BROKEN_CONNECTION,
     RETRIES_ON_CONFLICT,
+    SentAhead,
     conflict_pause,
     connection_kwargs,
     is_connection_failure,
@@ -36,11 +37,13 @@ from langgraph_colosseum._driver import (
     never_connected,
     perform,
     probe,
+    send_ahead,
 )
 from langgraph_colosseum._notify import listen
 from langgraph_colosseum._pool import (
     PoolSettings,
     StampingConnectionPool,
+    has_a_spare,
     pool_arguments,
     require_transaction_mode_safe,
 )
@@ -283,7 +286,25 @@ class ColosseumSaver(ColosseumSaverBase[Threads]):
         return io.run(op, self._perform)
 
     def _stream(self, op: Operation[Any]) -> Iterator[Any]:
-        return io.stream(op, self._perform)
+        return io.stream(op, self._perform, self._send_ahead)
+
+    def _send_ahead(self, request: Request) -> _Lent | None:
+        """`request` sent on a connection of the pool and left unread (io.Ahead),
+        or None (nothing sent). The connection stays out of the pool until it
+        is read: one is lent only while another is left for the caller (see
+        `has_a_spare`)."""
+        pool = self.conn
+        if not isinstance(pool, ConnectionPool) or not has_a_spare(pool):
+            return None
+        conn = pool.getconn()
+        try:
+            sent = send_ahead(conn, request)
+        except Exception:  # nothing to lose: it is performed when collected
+            sent = None
+        if sent is None:
+            pool.putconn(conn)
+            return None
+        return _Lent(pool, sent)
 
     # The async interface of a blocking saver runs each request in a worker thread.
     async def _arun(self, op: Operation[T]) -> T:
@@ -294,6 +315,28 @@ class ColosseumSaver(ColosseumSaverBase[Threads]):
 
     async def _perform_in_thread(self, request: Request) -> Any:
         return await asyncio.to_thread(self._perform, request)
+
+
+class _Lent:
+    """A request sent ahead on a pool's connection, which goes back once read."""
+
+    __slots__ = ("pool", "sent")
+
+    def __init__(self, pool: ConnectionPool, sent: SentAhead) -> None:
+        self.pool = pool
+        self.sent = sent
+
+    def read(self) -> Any:
+        try:
+            return self.sent.read()
+        finally:
+            self.pool.putconn(self.sent.conn)
+
+    def abandon(self) -> None:
+        try:
+            self.sent.abandon()
+        finally:
+            self.pool.putconn(self.sent.conn)
 
 
 def _drop_stale_heads_of(saver: weakref.ref[ColosseumSaver]) -> None:

@@ -58,6 +58,7 @@ LOST_REPLIES = "tests/integration/test_lost_replies.py"
 RETENTION = "tests/integration/test_retention.py"
 RUNS_LOCK_ORDER = "tests/integration/test_runs_lock_order.py"
 READ_MEMO = "tests/integration/test_read_memo.py"
+LIST_AHEAD = "tests/integration/test_list_ahead.py"
 LAPSED_PAGES = (
     "tests/integration/test_threads.py"
     "::test_search_and_count_read_each_row_as_its_lease_says_on_every_page[postgres]"
@@ -1426,6 +1427,59 @@ GUARDS: list[Guard] = [
             f"{READ_MEMO}::test_a_checkpoint_rewritten_by_another_process_is_read_as_rewritten",
             f"{READ_MEMO}::test_a_remembered_read_by_checkpoint_id",
         ),
+    ),
+    Guard(
+        name="list ahead: a page's values keep their chains of bases until the page is read",
+        file="langgraph_colosseum/_core/values.py",
+        original="cursor = None if base is None else (cursor[0], cursor[1], cursor[2], base)",
+        mutant="cursor = None",
+        tests=(f"{LIST_AHEAD}::test_every_page_reads_as_inmemorysaver_history",),
+    ),
+    Guard(
+        name="list ahead: a page is read ahead only while a connection is left for the caller",
+        file="langgraph_colosseum/_pool.py",
+        original='return stats["pool_available"] - 1 + stats["pool_max"] - stats["pool_size"] >= 1',
+        mutant="return True",
+        tests=(
+            f"{LIST_AHEAD}::test_a_list_inside_a_list_on_a_pool_of_two_does_not_wait_for_itself",
+            f"{LIST_AHEAD}::test_an_async_list_inside_a_list_on_a_pool_of_two",
+        ),
+    ),
+    Guard(
+        name="list ahead: a caller that stops leaves no page unread on a connection",
+        file="langgraph_colosseum/_core/io.py",
+        original=(
+            "        for handle in pending:  # the caller stopped before they were read\n"
+            "            handle.abandon()\n"
+        ),
+        mutant="        pass\n",
+        tests=(f"{LIST_AHEAD}::test_a_caller_that_stops_early_leaves_the_pool_whole",),
+    ),
+    Guard(
+        name="list ahead: a page whose connection was lost is read again the usual way",
+        file="langgraph_colosseum/_core/io.py",
+        original="        except Exception:\n            # Sent ahead only on the lean path",
+        mutant="        except ZeroDivisionError:\n            # Sent ahead only on the lean path",
+        tests=(
+            f"{LIST_AHEAD}::test_a_page_whose_connection_is_lost_while_read_ahead_is_read_again",
+        ),
+    ),
+    Guard(
+        name="list ahead (asyncio): a page whose connection was lost is read again",
+        file="langgraph_colosseum/_core/io.py",
+        original="        except Exception:  # as in `collect`\n",
+        mutant="        except ZeroDivisionError:\n",
+        tests=(
+            f"{LIST_AHEAD}"
+            "::test_an_async_page_whose_connection_is_lost_while_read_ahead_is_read_again",
+        ),
+    ),
+    Guard(
+        name="list ahead (asyncio): a caller that stops leaves no page unread on a connection",
+        file="langgraph_colosseum/_core/io.py",
+        original="            await handle.aabandon()\n",
+        mutant="            pass\n",
+        tests=(f"{LIST_AHEAD}::test_an_async_caller_that_stops_early_leaves_the_pool_whole",),
     ),
 ]
 

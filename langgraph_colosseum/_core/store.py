@@ -13,7 +13,7 @@ import math
 import random
 from collections.abc import Callable, Iterable, Iterator, Mapping, Sequence
 from datetime import timedelta
-from typing import Any
+from typing import Any, NamedTuple
 
 import orjson
 from langchain_core.runnables import RunnableConfig
@@ -57,8 +57,10 @@ from langgraph_colosseum._core.guard import fence_of
 from langgraph_colosseum._core.hot import CorruptHeadError, HotHead, write_field
 from langgraph_colosseum._core.io import (
     CACHE_UNAVAILABLE,
+    Ahead,
     CacheCall,
     CacheDrop,
+    Collect,
     Emit,
     Operation,
     Query,
@@ -107,7 +109,8 @@ DEFAULT_PAGE_SIZE = 100
 # that stops early paid for one small page, and a history read to the end
 # costs two statements per 500 checkpoints, not per hundred, sent as one
 # round trip from the second page on (see `list`); memory stays bounded by
-# two pages (one read, one fetched ahead) whatever the thread's length.
+# three pages (one being read, the next, and the one after it on its way)
+# whatever the thread's length.
 # Not 1,000, as it was: the objects a page keeps alive until it is read are
 # what Python's cyclic GC walks over and over, and a full list() of 20,000
 # tiny checkpoints cost 0.44-0.47 s of client CPU in pages of 1,000 against
@@ -552,35 +555,41 @@ class CheckpointStore:
         sizes = _page_sizes(self.page_size)
         size = _page_size(sizes, remaining)
         rows = yield self._list_page(where, params, order, cursor_sql, None, size)
-        first = True
+        documents = [self._load_document(row) for row in rows]
+        # The first page alone, and its values alone: a caller that reads only
+        # the first page fetches nothing more.
+        fetch = self._missing_values(values, rows, documents)
+        found = (yield fetch) if fetch is not None else None
+
+        def next_requests(next_rows: list, next_size: int, left: int | None) -> _NextPage:
+            """What reading the page after this one takes: its documents, the
+            values it lacks, and the rows of the page after it, if the limit
+            (`left` items after both pages) will surely need them."""
+            next_documents = [self._load_document(row) for row in next_rows]
+            fetch = self._missing_values(values, rows + next_rows, documents + next_documents)
+            after, after_size = None, 0
+            if len(next_rows) == next_size and (left is None or left > 0):
+                after_size = _page_size(sizes, left)
+                last = next_rows[-1]
+                cursor = (last[2], last[0], last[1])
+                after = self._list_page(where, params, order, cursor_sql, cursor, after_size)
+            return _NextPage(next_rows, next_size, next_documents, fetch, after, after_size)
+
+        if found is not None:
+            values.add(_value_row(*row) for row in found)
+        # The page after the one being emitted, and the request reading its
+        # values with the rows of the page after it, sent ahead.
+        following: _NextPage | None = None
+        ahead: Any = None
         while True:
-            documents = [self._load_document(row) for row in rows]
-            fetch_values = self._missing_values(values, rows, documents)
-            full = len(rows) == size
-            # From the second page on, the next page travels in one pipeline
-            # with this page's values: one round trip a page, not two (a
-            # round trip is what a loaded machine makes a reader wait for).
-            # A caller that reads only the first page still fetches that page
-            # alone. A page that may not be needed (a limit it reaches, unless
-            # metadata compared in Python drops some) is not fetched ahead.
-            next_page = None
-            if full and not first and (remaining is None or remaining > size):
-                next_size = _page_size(sizes, None if remaining is None else remaining - size)
-                last = rows[-1]
-                next_page = self._list_page(
-                    where, params, order, cursor_sql, (last[2], last[0], last[1]), next_size
-                )
-            first = False
-            if fetch_values is not None and next_page is not None:
-                found, next_rows = yield Transaction((fetch_values, next_page))
-            elif fetch_values is not None:
-                found, next_rows = (yield fetch_values), None
-            elif next_page is not None:
-                found, next_rows = None, (yield next_page)
-            else:
-                found = next_rows = None
-            if found is not None:
-                values.add(_value_row(*row) for row in found)
+            # From the second page on, a page is emitted while Postgres reads
+            # the next one's values and the rows of the one after (io.Ahead):
+            # the reader waited for every page in turn before (long-20k: a
+            # third of a full list's 0.78 s). What a limit will not surely
+            # need is not read ahead (a filter compared in Python may drop
+            # items, never add them).
+            if following is not None and following.requests:
+                ahead = yield Ahead(Transaction(following.requests))
             for row, document in zip(rows, documents):
                 # Split here, not for the whole page: a page's rows live until
                 # it is read, and each object kept alive that long is one more
@@ -590,16 +599,32 @@ class CheckpointStore:
                     yield Emit(item)
                     if remaining is not None:
                         remaining -= 1
-            if not full or (remaining is not None and remaining <= 0):
+            if len(rows) < size or (remaining is not None and remaining <= 0):
                 return
-            if next_rows is not None:
-                rows, size = next_rows, next_size
-            else:
-                size = _page_size(sizes, remaining)
+            if following is None:
+                # The next page was not read ahead (the second page, or one a
+                # limit might not have needed): read it now, then its values
+                # and the rows of the page after it, together.
+                next_size = _page_size(sizes, remaining)
                 last = rows[-1]
-                rows = yield self._list_page(
-                    where, params, order, cursor_sql, (last[2], last[0], last[1]), size
+                cursor = (last[2], last[0], last[1])
+                next_rows = yield self._list_page(
+                    where, params, order, cursor_sql, cursor, next_size
                 )
+                left = None if remaining is None else remaining - next_size
+                following = next_requests(next_rows, next_size, left)
+                results = (yield Transaction(following.requests)) if following.requests else []
+            else:
+                results = (yield Collect(ahead)) if following.requests else []
+            rows, size, documents = following.rows, following.size, following.documents
+            if following.fetch is not None:
+                values.add(_value_row(*row) for row in results[0])
+            if following.after is None:
+                following = None
+            else:
+                after_size = following.after_size
+                left = None if remaining is None else remaining - size - after_size
+                following = next_requests(results[-1], after_size, left)
 
     @staticmethod
     def _list_page(
@@ -2151,6 +2176,8 @@ class CheckpointStore:
         rest["channel_versions"] = {channel: versions[channel] for channel in channels}
         if recorded_keys is None or type(recorded_keys) is int:
             keys = _key_order(recorded_keys, tuple(rest))
+        elif type(recorded_keys) is list and all(type(key) is str for key in recorded_keys):
+            keys = _key_order(tuple(recorded_keys), tuple(rest))
         else:
             keys = _recorded_order(recorded_keys, _checkpoint_key_order(list(rest)))
         return {key: rest[key] for key in keys}
@@ -2179,6 +2206,22 @@ _COPY_ARRAYS = (
     *("h_ns", "h_ids", "h_channels", "h_seqs"),
     *("h_tasks", "h_encodings", "h_jsons", "h_datas", "h_types"),
 )
+
+
+class _NextPage(NamedTuple):
+    """The page of a `list` after the one being emitted (see `CheckpointStore.list`)."""
+
+    rows: list
+    size: int
+    documents: list[dict[str, Any]]
+    fetch: Query | None  # the values it lacks
+    after: Query | None  # the rows of the page after it
+    after_size: int
+
+    @property
+    def requests(self) -> tuple[Query, ...]:
+        return tuple(q for q in (self.fetch, self.after) if q is not None)
+
 
 # The checkpoint and writes columns every checkpoint query starts with (the
 # writes as one JSON text, sql._WRITES), and as the readers take them once
@@ -2243,10 +2286,13 @@ _TAG_TEXT = f'"{TAG}"'
 
 
 @functools.lru_cache(maxsize=256)
-def _key_order(recorded: int | None, keys: tuple[str, ...]) -> tuple[str, ...]:
-    """`_recorded_order` of an order recorded by number, or not at all, for a
-    document with `keys`: the same few key sets come back on every row."""
-    return tuple(_recorded_order(recorded, _checkpoint_key_order(list(keys))))
+def _key_order(recorded: int | tuple[str, ...] | None, keys: tuple[str, ...]) -> tuple[str, ...]:
+    """`_recorded_order` of an order recorded by number, by names, or not at
+    all, for a document with `keys`: the same few key sets come back on every
+    row (checking a list of names was a fifth of reading a document whose
+    keys are in an order of its own)."""
+    order = list(recorded) if type(recorded) is tuple else recorded
+    return tuple(_recorded_order(order, _checkpoint_key_order(list(keys))))
 
 
 def _checkpoint_key_order(keys: list[str]) -> list[str]:

@@ -563,9 +563,25 @@ class Materializer:
         return key in self.values or key in self.rows
 
     def keep_only(self, keys: set[ValueKey]) -> None:
-        """Forget everything but `keys` (bounds memory while `list` streams)."""
-        self.values = {k: v for k, v in self.values.items() if k in keys}
-        self.rows = {k: r for k, r in self.rows.items() if k in keys}
+        """Forget everything but `keys` and what rebuilding them still takes:
+        each one's rows down its chain of bases to a value already rebuilt
+        (bounds memory while `list` streams; the page being emitted may be
+        rebuilt after the next page's values are asked for)."""
+        values: dict[ValueKey, Any] = {}
+        rows: dict[ValueKey, ValueRow] = {}
+        for key in keys:
+            cursor: ValueKey | None = key
+            while cursor is not None and cursor not in rows and cursor not in values:
+                if cursor in self.values:
+                    values[cursor] = self.values[cursor]
+                    break
+                row = self.rows.get(cursor)
+                if row is None:
+                    break
+                rows[cursor] = row
+                base = row.base_version
+                cursor = None if base is None else (cursor[0], cursor[1], cursor[2], base)
+        self.values, self.rows = values, rows
 
     def value(self, key: ValueKey, checkpoint_id: str = "?") -> Any:
         chain: list[ValueRow] = []

@@ -176,6 +176,15 @@ class RoundTripCounter:
             return original(request)
 
         saver._perform = counting  # type: ignore[method-assign]
+        # A request a stream sends ahead (io.Ahead, a list's next page) is one too.
+        send_ahead = getattr(saver, "_send_ahead", None)
+        if send_ahead is not None:
+
+            def counting_ahead(request):
+                self.requests.append(request)
+                return send_ahead(request)
+
+            saver._send_ahead = counting_ahead  # type: ignore[method-assign]
 
     def reset(self) -> None:
         self.requests.clear()
@@ -287,7 +296,8 @@ def test_list_pages_grow_to_a_bound(pg_url: str) -> None:
         pages = [q.params["page_size"] for q in queries if "page_size" in q.params]
         assert pages == [10, 20, 40, 50, 50, 50]  # 10 + 20 + 40 + 3 * 50 = 220 >= 215
         # The first two pages and their values are fetched one by one; from
-        # the second page's values on, the next page rides in their pipeline.
+        # the second page's values on, the next page rides in their pipeline
+        # (from the third page's values on, sent before the page before is emitted).
         assert [len(getattr(r, "queries", (r,))) for r in counter.requests] == [
             1, 1, 1, 2, 2, 2, 2, 1,
         ]  # fmt: skip
