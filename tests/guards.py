@@ -1398,35 +1398,33 @@ GUARDS: list[Guard] = [
         tests=(f"{RUNS_LOCK_ORDER}::test_a_finish_waiting_for_the_thread_row_holds_no_run_record",),
     ),
     Guard(
-        name="read memo: Postgres leaves a checkpoint out only while its row is the version read",
+        name="read memo: Postgres leaves a checkpoint out only while its texts are those read",
         file="langgraph_colosseum/_core/sql.py",
-        original='_MEMO_HIT = "c.row_version = %(memo)s"',
-        mutant='_MEMO_HIT = "c.checkpoint_id IS NOT NULL AND %(memo)s IS NOT NULL"',
+        original="    ELSE %(memo)s::bytea = sha256(convert_to(\n",
+        mutant="    ELSE true OR sha256(convert_to(\n",
         tests=(
             f"{READ_MEMO}::test_a_checkpoint_rewritten_by_another_process_is_read_as_rewritten",
-            f"{READ_MEMO}::test_the_async_saver_remembers_alike",
-        ),
-    ),
-    Guard(
-        name="read memo: a row's version is its place too, not only its transaction",
-        file="langgraph_colosseum/_core/sql.py",
-        original="_ROW_VERSION = \"c.xmin::text || ':' || c.ctid::text\"",
-        mutant='_ROW_VERSION = "c.xmin::text"',
-        tests=(
             f"{READ_MEMO}::test_a_checkpoint_rewritten_twice_in_one_transaction_is_read_as_rewritten",
+            f"{READ_MEMO}"
+            "::test_a_checkpoint_that_took_the_place_of_the_remembered_one_is_read_as_itself",
         ),
     ),
     Guard(
-        name="read memo: a remembered read is used only when Postgres answered for that version",
+        name="read memo: a remembered read is used only when Postgres says it is that checkpoint",
         file="langgraph_colosseum/_core/store.py",
-        original=(
-            "if row is not None and kept is not None and row[_ROW_VERSION] == kept.row_version:"
-        ),
+        original="if row is not None and kept is not None and row[_REMEMBERED]:",
         mutant="if row is not None and kept is not None:",
         tests=(
             f"{READ_MEMO}::test_a_checkpoint_rewritten_by_another_process_is_read_as_rewritten",
             f"{READ_MEMO}::test_a_remembered_read_by_checkpoint_id",
         ),
+    ),
+    Guard(
+        name="read memo: checkpoints only seen count against its bound",
+        file="langgraph_colosseum/_core/bases.py",
+        original="        return 240 + len(self.checkpoint_id)\n",
+        mutant="        return 0\n",
+        tests=(f"{READ_MEMO}::test_checkpoints_read_once_are_bounded_too",),
     ),
     Guard(
         name="list ahead: a page's values keep their chains of bases until the page is read",

@@ -85,11 +85,17 @@ class BaseCache:
 
 
 class Seen(NamedTuple):
-    """A checkpoint row version read once, and nothing of it kept (see `CheckpointMemo`)."""
+    """A checkpoint read once, and nothing of it kept (see `CheckpointMemo`)."""
 
-    row_version: str  # sql._ROW_VERSION of the row read
+    token: bytes  # store.memo_token of the texts read
     checkpoint_id: str
-    size: int = 0
+
+    @property
+    def size(self) -> int:
+        # What an entry costs the process (a key, a tuple, two strings): the
+        # bound counts seen entries too, or a process reading many threads
+        # once each would keep one each forever.
+        return 240 + len(self.checkpoint_id)
 
 
 class Remembered(NamedTuple):
@@ -98,7 +104,7 @@ class Remembered(NamedTuple):
     `values` are private objects (a base's own, or copies); the document has no
     channel_values (see store._checkpoint_document)."""
 
-    row_version: str  # sql._ROW_VERSION of the row it was decoded from
+    token: bytes  # store.memo_token of the texts it was decoded from
     checkpoint_id: str
     document: dict[str, Any]
     metadata: dict[str, Any]
@@ -109,14 +115,16 @@ class Remembered(NamedTuple):
 class CheckpointMemo:
     """The checkpoint each (thread, namespace) was last read at, decoded.
 
-    A read of that thread sends the version of the remembered row, and
-    Postgres leaves out the document, metadata and value rows while the row is
-    still that version (sql._MEMO_HIT): a head read again and again (a UI
-    polling `get_state`) is decoded once. The answer comes from Postgres
-    every time, in the read's own snapshot, so a deleted or rewritten
-    checkpoint is never served from here; an entry only saves decoding.
-    Callers get fresh copies. Bounded by the encoded size of what it holds,
-    like the bases.
+    A read of that thread sends the digest of the remembered checkpoint's
+    texts, and Postgres leaves out its document, metadata and value rows
+    while the latest (or asked-for) checkpoint still has those texts
+    (sql._REMEMBERED): a head read again and again (a UI polling
+    `get_state`) is decoded once. Which checkpoint it is, and whether it is
+    there at all, comes from Postgres every time, in the read's own snapshot,
+    with its pending writes: a deleted or rewritten checkpoint is never
+    served from here; an entry only saves decoding. Its value rows are taken
+    as what their versions name, as the bases take them. Callers get fresh
+    copies. Bounded by the encoded size of what it holds, like the bases.
 
     A row version read for the first time is only noted (`Seen`); the second
     read of it keeps what it decoded (`Remembered`). Most heads are read

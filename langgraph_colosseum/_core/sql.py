@@ -75,7 +75,7 @@ LEFT JOIN LATERAL (
             LIMIT 1
         ) AS v
         WHERE %(known)s::jsonb ->> ver.channel IS DISTINCT FROM ver.version
-          AND c.row_version IS DISTINCT FROM %(memo)s  -- the reader has them all
+          AND NOT c.remembered  -- the reader has them all (_REMEMBERED)
       UNION ALL
         SELECT b.* FROM chain
         CROSS JOIN LATERAL (
@@ -94,32 +94,33 @@ LEFT JOIN LATERAL (
 ) cv ON true
 """
 
-# A checkpoint row's version: the transaction that wrote it and the row's
-# place in the table. Every insert or update of the row changes it (an update
-# writes a new row version at a new place, even twice in one transaction);
-# VACUUM FULL or CLUSTER move the row, which only makes a reader decode it
-# again. A transaction id comes back only after 2^32 transactions, and then
-# also at that very place.
-_ROW_VERSION = "c.xmin::text || ':' || c.ctid::text"
+# Whether the checkpoint is the one the reader remembers decoded (`memo`: the
+# SHA-256 of the texts it decoded, store.memo_token; empty: none, sent as
+# bytes all the same, or the statement would be prepared twice): then its
+# document, metadata and value rows are not sent (a conditional read, like
+# HTTP's If-None-Match). The digest is of the row's content, not of where or
+# when it was written: a rewritten row is another checkpoint even at the place
+# and in the transaction of the one it replaced (CLUSTER, a restore), and an
+# unchanged row moved by VACUUM FULL is still the one remembered. Its pending
+# writes are sent either way: they are other rows, and change while the
+# checkpoint does not. Value rows are taken as what their versions name, as
+# the bases are (`known`): a version names one value forever.
+_REMEMBERED = """CASE WHEN octet_length(%(memo)s::bytea) = 0 THEN false
+    ELSE %(memo)s::bytea = sha256(convert_to(
+        length(c.checkpoint::text)::text || ',' || c.checkpoint::text || c.metadata::text,
+        'UTF8')) END"""
 
-# The checkpoint a reader remembers decoded (`memo`: the version of the row it
-# decoded, store.CheckpointStore.get_tuple; NULL: none): when the row is still
-# that version, its document, metadata and value rows are not sent (a
-# conditional read, like HTTP's If-None-Match). Its pending writes are sent
-# either way: they are other rows, and change while the checkpoint does not.
-_MEMO_HIT = "c.row_version = %(memo)s"
-
-_TUPLE_COLUMNS = f"""
+_TUPLE_COLUMNS = """
     c.thread_id, c.checkpoint_ns, c.checkpoint_id, c.parent_checkpoint_id,
-    CASE WHEN {_MEMO_HIT} THEN NULL ELSE c.checkpoint::text END,
-    CASE WHEN {_MEMO_HIT} THEN NULL ELSE c.metadata::text END,
-    w.writes, cv.value_rows, c.row_version
+    CASE WHEN c.remembered THEN NULL ELSE c.checkpoint::text END,
+    CASE WHEN c.remembered THEN NULL ELSE c.metadata::text END,
+    w.writes, cv.value_rows, c.remembered
 """
 
 _GET_TUPLE_BY_ID = f"""
 SELECT {_TUPLE_COLUMNS}
 FROM (
-    SELECT c.*, {_ROW_VERSION} AS row_version FROM colosseum_checkpoints c
+    SELECT c.*, {_REMEMBERED} AS remembered FROM colosseum_checkpoints c
     WHERE c.thread_id = %(thread_id)s AND c.checkpoint_ns = %(checkpoint_ns)s
       AND c.checkpoint_id = %(checkpoint_id)s
 ) AS c
@@ -136,7 +137,7 @@ FROM (
 _GET_TUPLE_LATEST = f"""
 SELECT {_TUPLE_COLUMNS}
 FROM (
-    SELECT c.*, {_ROW_VERSION} AS row_version FROM colosseum_checkpoints c
+    SELECT c.*, {_REMEMBERED} AS remembered FROM colosseum_checkpoints c
     WHERE c.thread_id = %(thread_id)s AND c.checkpoint_ns = %(checkpoint_ns)s
     ORDER BY c.checkpoint_id DESC
     LIMIT 1

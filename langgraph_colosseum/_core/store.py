@@ -8,6 +8,7 @@ from __future__ import annotations
 
 import copy
 import functools
+import hashlib
 import logging
 import math
 import random
@@ -332,7 +333,7 @@ class CheckpointStore:
         known = {channel: base.version for channel, base in bases.items()}
         # The checkpoint this process last decoded here, if it is the one asked
         # for: Postgres sends its document, metadata and values only if its row
-        # changed since (sql._MEMO_HIT). Not for a refill, which carries every row.
+        # changed since (sql._REMEMBERED). Not for a refill, which carries every row.
         memo = self.memo.peek(thread_id, checkpoint_ns) if seq is None else None
         if memo is not None and checkpoint_id and memo.checkpoint_id != checkpoint_id:
             memo = None
@@ -342,7 +343,7 @@ class CheckpointStore:
             "checkpoint_ns": checkpoint_ns,
             "ttl": self.thread_ttl,
             "known": orjson.dumps(known).decode(),
-            "memo": kept.row_version if kept is not None else None,
+            "memo": kept.token if kept is not None else b"",
         }
         # With a retention policy, reading a thread also pushes its expiry back.
         touch = sql.TOUCH_THREAD if self.thread_ttl is not None else ""
@@ -375,7 +376,7 @@ class CheckpointStore:
         row = rows[0] if rows else None
         value_rows = []
         result = None
-        if row is not None and kept is not None and row[_ROW_VERSION] == kept.row_version:
+        if row is not None and kept is not None and row[_REMEMBERED]:
             self.memo.touch(thread_id, checkpoint_ns)
             row = _expanded(row)
             result = self._assembled(
@@ -387,7 +388,7 @@ class CheckpointStore:
             )
         elif row is not None:
             value_rows = parse_value_rows(row[0], row[1], row[_CHECKPOINT_COLUMNS])
-            row_version, value_rows_text = row[_ROW_VERSION], row[_CHECKPOINT_COLUMNS]
+            value_rows_text = row[_CHECKPOINT_COLUMNS]
             row = _expanded(row)
             document = self._load_document(row)
             values = self._materializer(thread_id, checkpoint_ns, document, bases)
@@ -395,9 +396,7 @@ class CheckpointStore:
             metadata, channel_values = self._decoded(row, document, values)
             self._remember_bases(row[0], row[1], document, values)
             if seq is None:
-                self._remember_read(
-                    row, row_version, memo, document, metadata, channel_values, value_rows_text
-                )
+                self._remember_read(row, memo, document, metadata, channel_values, value_rows_text)
             result = self._assembled(row, document, metadata, channel_values, resume=True)
         # Only what read back cleanly goes to Redis: a corrupt row stays a miss.
         if seq is not None:
@@ -2051,20 +2050,20 @@ class CheckpointStore:
     def _remember_read(
         self,
         row: tuple,
-        row_version: str,
         seen: Seen | Remembered | None,
         document: dict[str, Any],
         metadata: CheckpointMetadata,
         channel_values: dict[str, Any],
         value_rows_text: str | None,
     ) -> None:
-        """After a read of Postgres, note the row version read for its (thread,
+        """After a read of Postgres, note the checkpoint read for its (thread,
         namespace) (see get_tuple); read a second time (`seen`), keep what it
         decoded, in private objects: a value held as a base at the version
         read is that base's own (a base is never changed), any other a copy."""
         thread_id, checkpoint_ns, checkpoint_id, _, checkpoint_json, metadata_json = row[:6]
-        if seen is None or seen.row_version != row_version:
-            self.memo.put(thread_id, checkpoint_ns, Seen(row_version, checkpoint_id))
+        token = memo_token(checkpoint_json, metadata_json)
+        if seen is None or seen.token != token:
+            self.memo.put(thread_id, checkpoint_ns, Seen(token, checkpoint_id))
             return
         size = len(checkpoint_json) + len(metadata_json) + len(value_rows_text or "")
         values = {}
@@ -2076,7 +2075,7 @@ class CheckpointStore:
             else:
                 values[channel] = fresh_copy(value)
         self.memo.put(thread_id, checkpoint_ns, Remembered(
-            row_version, checkpoint_id, fresh_copy(document), fresh_copy(metadata), values, size,
+            token, checkpoint_id, fresh_copy(document), fresh_copy(metadata), values, size,
         ))  # fmt: skip
 
     def _load(
@@ -2228,9 +2227,18 @@ class _NextPage(NamedTuple):
 # `_expanded` split the writes into nine columns (a hot head's rows too).
 _CHECKPOINT_COLUMNS = 7
 _CHECKPOINT_WIDTH = 15
-# In a GET_TUPLE row (before `_expanded`): the version of its checkpoint row,
-# after the value rows (sql._ROW_VERSION).
-_ROW_VERSION = _CHECKPOINT_COLUMNS + 1
+# In a GET_TUPLE row (before `_expanded`), after the value rows: whether the
+# checkpoint is the one the reader remembers (sql._REMEMBERED).
+_REMEMBERED = _CHECKPOINT_COLUMNS + 1
+
+
+def memo_token(checkpoint_json: str, metadata_json: str) -> bytes:
+    """What sql._REMEMBERED compares: the digest of a checkpoint's texts as
+    Postgres sends them (its length first: where one text ends is not guessed)."""
+    text = f"{len(checkpoint_json)},{checkpoint_json}{metadata_json}"
+    return hashlib.sha256(text.encode()).digest()
+
+
 _NO_WRITES = (None,) * (_CHECKPOINT_WIDTH - 6)
 
 

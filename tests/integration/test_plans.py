@@ -117,7 +117,7 @@ def scans(node: dict) -> Iterator[tuple[str, str]]:
         yield from scans(child)
 
 
-HEAD = {"thread_id": "long", "checkpoint_ns": "", "known": "{}", "ttl": None, "memo": None}
+HEAD = {"thread_id": "long", "checkpoint_ns": "", "known": "{}", "ttl": None, "memo": b""}
 KEYS = {
     "threads": ["long"],
     "namespaces": [""],

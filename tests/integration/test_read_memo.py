@@ -98,7 +98,7 @@ def documents_sent(memo_saver: ColosseumSaver) -> list[str | None]:
 
     def recording(request: Any) -> Any:
         result = perform(request)
-        if isinstance(request, Transaction) and "row_version" in request.queries[-1].sql:
+        if isinstance(request, Transaction) and "remembered" in request.queries[-1].sql:
             sent.extend(row[5] for row in result[-1])  # after `deleted`: id, ns, ..., document
         return result
 
@@ -131,8 +131,8 @@ def test_a_checkpoint_rewritten_by_another_process_is_read_as_rewritten(
 def test_a_checkpoint_rewritten_twice_in_one_transaction_is_read_as_rewritten(
     pg_url: str,
 ) -> None:
-    """Both versions of the row carry one transaction id: only its place tells
-    them apart (sql._ROW_VERSION)."""
+    """Both versions of the row carry one transaction id: what is compared is
+    the content (sql._REMEMBERED), not where or when it was written."""
     truncate(pg_url)
     with psycopg.connect(pg_url) as conn:  # not autocommit: one transaction throughout
         saver = ColosseumSaver(conn)
@@ -143,6 +143,45 @@ def test_a_checkpoint_rewritten_twice_in_one_transaction_is_read_as_rewritten(
         conn.execute(update, ('{"step": 3}',))
         assert saver.get_tuple(CONFIG).metadata["step"] == 3
         conn.rollback()
+
+
+def test_a_checkpoint_that_took_the_place_of_the_remembered_one_is_read_as_itself(
+    pg_url: str, memo_saver: ColosseumSaver, other: ColosseumSaver
+) -> None:
+    """copy_thread writes a thread's rows in one transaction; the head's run is
+    then deleted and CLUSTER moves the checkpoint now latest into the deleted
+    head's place: same transaction id, same place, another checkpoint."""
+    version = None
+    for i in range(4):
+        version = memo_saver.get_next_version(version, None)
+        written = checkpoint(f"{i:08}", {"secret": f"value of {i}"})
+        written["channel_versions"] = {"secret": version}
+        memo_saver.put(
+            {"configurable": {"thread_id": "memo-source", "checkpoint_ns": ""}},
+            written,
+            {"step": i, "run_id": "run-A" if i < 3 else "run-B"},
+            {"secret": version},
+        )
+    memo_saver.copy_thread("memo-source", THREAD)
+    assert remembered(memo_saver).checkpoint["id"] == f"{3:08}"
+    other.delete_for_runs(["run-B"])
+    version = None
+    for i in range(2):  # a thread that sorts first, so that the copy's rows move
+        version = other.get_next_version(version, None)
+        written = checkpoint(f"{i:08}", {"other": i})
+        written["channel_versions"] = {"other": version}
+        other.put(
+            {"configurable": {"thread_id": "a-first", "checkpoint_ns": ""}},
+            written,
+            {"step": i, "run_id": "run-C"},
+            {"other": version},
+        )
+    with psycopg.connect(pg_url, autocommit=True) as conn:
+        conn.execute("CLUSTER colosseum_checkpoints USING colosseum_checkpoints_pkey")
+    found = memo_saver.get_tuple(CONFIG)
+    assert found.checkpoint["id"] == f"{2:08}"
+    assert found.checkpoint["channel_values"] == {"secret": "value of 2"}
+    assert repr(found) == fresh_read(pg_url)
 
 
 def test_a_deleted_thread_read_again_is_gone(
@@ -208,6 +247,20 @@ async def test_the_async_saver_remembers_alike(mode: str, pg_url: str) -> None:
     assert "'count': 8" in expected
     assert reads[-1] == expected
     assert len(set(reads[:4])) == 1 and "'count': 7" in reads[0]
+
+
+def test_checkpoints_read_once_are_bounded_too(pg_url: str) -> None:
+    """Most heads are read once and only noted: the notes count against the bound."""
+    truncate(pg_url)
+    with ColosseumSaver.from_conn_string(pg_url, pool_size=1) as saver:
+        saver._store.memo.max_bytes = 5_000
+        for i in range(100):
+            config = {"configurable": {"thread_id": f"once-{i}", "checkpoint_ns": ""}}
+            written = checkpoint("1", {"count": i})
+            saver.put(config, written, {"step": 1}, written["channel_versions"])
+            saver.get_tuple(config)
+        entries = len(saver._store.memo._entries)
+        assert 0 < entries < 100 and saver._store.memo._bytes <= 5_000
 
 
 def test_what_the_memo_holds_is_bounded(pg_url: str) -> None:
