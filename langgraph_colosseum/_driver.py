@@ -584,7 +584,8 @@ class _Unread:
 
 class SentAhead(_Unread):
     def read(self) -> Any:
-        """The request's result, or its error; the connection is free after."""
+        """The request's result, or its error; the connection is free after
+        (closed if its reply could not be read to the end)."""
         replies: list[list[Any]] = []
         try:
             with schema_errors():
@@ -595,14 +596,6 @@ class SentAhead(_Unread):
         finally:
             self.conn.lock.release()
         return self._result(replies)
-
-    def abandon(self) -> None:
-        """Its result is not wanted: its reply read to the end and dropped, so
-        the connection is clean again (closed if that fails)."""
-        try:
-            self.read()
-        except Exception:
-            pass  # read() closed the connection: the pool replaces it
 
 
 class AsyncSentAhead(_Unread):
@@ -618,11 +611,12 @@ class AsyncSentAhead(_Unread):
             self.conn.lock.release()
         return self._result(replies)
 
-    async def abandon(self) -> None:
-        try:
-            await self.read()
-        except Exception:
-            pass
+
+class Deferred(NamedTuple):
+    """An io.Ahead request the driver did not send (no pool, no idle
+    connection, not a lean request): performed when it is collected."""
+
+    request: Request
 
 
 def send_ahead(conn: psycopg.Connection, request: Request) -> SentAhead | None:

@@ -38,6 +38,7 @@ from langgraph_colosseum._core.io import (
     CACHE_UNAVAILABLE,
     CacheCall,
     CacheDrop,
+    Collect,
     Emit,
     Operation,
     Query,
@@ -345,6 +346,9 @@ class _Watch:
 
     def saw(self, request: Request, result: Any) -> None:
         cls = request.__class__
+        if cls is Collect:  # the reply of a request sent ahead: its round trip
+            request = request.handle.request  # type: ignore[union-attr]
+            cls = request.__class__
         if cls is Query:
             self.round_trips += 1
             self.postgres_after_read = self.cache_read

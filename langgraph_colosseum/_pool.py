@@ -225,16 +225,6 @@ def _last_in_first(idle: Any) -> None:
 # broken one.
 
 
-def has_a_spare(pool: ConnectionPool | AsyncConnectionPool) -> bool:
-    """Whether a connection could be taken from `pool` now and another one
-    still be had at once (idle, or room to open one): a request sent ahead
-    (io.Ahead) keeps its connection while the caller takes items, and the
-    caller may ask for more meanwhile (a list inside a list). Never the last
-    one, so the caller cannot wait for a connection only it will free."""
-    stats = pool.get_stats()
-    return stats["pool_available"] - 1 + stats["pool_max"] - stats["pool_size"] >= 1
-
-
 def pool_arguments(
     conn_string: str,
     settings: PoolSettings,

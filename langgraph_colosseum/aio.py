@@ -6,7 +6,7 @@ import asyncio
 from collections.abc import AsyncIterator, Iterable, Iterator
 from contextlib import asynccontextmanager
 from datetime import timedelta
-from typing import Any, TypeVar
+from typing import Any, NamedTuple, TypeVar
 
 import psycopg
 from langgraph.checkpoint.serde.base import SerializerProtocol
@@ -19,8 +19,10 @@ from langgraph_colosseum._core import threads as threads_ops
 from langgraph_colosseum._core.crypt import Encryption
 from langgraph_colosseum._core.hot import DEFAULT_HOT_TTL, KEY_PREFIX
 from langgraph_colosseum._core.io import (
+    Ahead,
     CacheCall,
     CacheDrop,
+    Collect,
     Listen,
     Operation,
     Query,
@@ -35,6 +37,7 @@ from langgraph_colosseum._driver import (
     RETRIES_ON_BROKEN_CONNECTION,
     RETRIES_ON_CONFLICT,
     AsyncSentAhead,
+    Deferred,
     aperform,
     aprobe,
     asend_ahead,
@@ -50,7 +53,6 @@ from langgraph_colosseum._notify import alisten
 from langgraph_colosseum._pool import (
     AsyncStampingConnectionPool,
     PoolSettings,
-    has_a_spare,
     pool_arguments,
     require_transaction_mode_safe,
 )
@@ -235,6 +237,10 @@ class AsyncColosseumSaver(ColosseumSaverBase[AsyncThreads]):
             return await self.cache.perform(request)
         if isinstance(request, Listen):
             return await alisten(self, request)
+        if isinstance(request, Ahead):
+            return await self._send_ahead(request.request)
+        if isinstance(request, Collect):
+            return await self._collect(request.handle)
         broken = conflicts = 0
         while True:
             conn = None
@@ -296,23 +302,39 @@ class AsyncColosseumSaver(ColosseumSaverBase[AsyncThreads]):
         return await io.arun(op, self._perform)
 
     def _astream(self, op: Operation[Any]) -> AsyncIterator[Any]:
-        return io.astream(op, self._perform, self._send_ahead)
+        return io.astream(op, self._perform)
 
-    async def _send_ahead(self, request: Request) -> _Lent | None:
-        """`request` sent on a connection of the pool and left unread (io.Ahead),
-        or None: as the blocking saver's (saver.ColosseumSaver._send_ahead)."""
+    async def _send_ahead(self, request: Request) -> AsyncReading | Deferred:
+        """`request` sent on an idle connection of the pool (io.Ahead), its
+        reply read by a task of its own, which gives the connection back (as
+        the blocking saver's, saver.ColosseumSaver._send_ahead)."""
         pool = self.conn
-        if not isinstance(pool, AsyncConnectionPool) or not has_a_spare(pool):
-            return None
+        if not isinstance(pool, AsyncConnectionPool) or pool.get_stats()["pool_available"] < 1:
+            return Deferred(request)
         conn = await pool.getconn()
         try:
             sent = await asend_ahead(conn, request)
-        except Exception:  # nothing to lose: it is performed when collected
+        except Exception:  # nothing lost: performed when collected
             sent = None
+        except BaseException:  # cancelled: the connection still goes back
+            await pool.putconn(conn)
+            raise
         if sent is None:
             await pool.putconn(conn)
-            return None
-        return _Lent(pool, sent)
+            return Deferred(request)
+        reading = asyncio.ensure_future(_read_and_give_back(pool, sent))
+        reading.add_done_callback(_retrieved)
+        return AsyncReading(request, reading)
+
+    async def _collect(self, handle: AsyncReading | Deferred) -> Any:
+        if isinstance(handle, AsyncReading):
+            try:
+                # Shielded: a caller cancelled here leaves the reply to be
+                # read to its end, and the connection to go back clean.
+                return await asyncio.shield(handle.task)
+            except Exception:  # as the blocking saver's _collect
+                pass
+        return await self._perform(handle.request)
 
     # Blocking calls are sent to the saver's event loop from another thread.
     def _loop_for_blocking_call(self) -> asyncio.AbstractEventLoop:
@@ -341,30 +363,36 @@ class AsyncColosseumSaver(ColosseumSaverBase[AsyncThreads]):
     def _stream(self, op: Operation[Any]) -> Iterator[Any]:
         loop = self._loop_for_blocking_call()
         items = self._astream(op)
-        while True:
-            try:
-                yield asyncio.run_coroutine_threadsafe(items.__anext__(), loop).result()
-            except StopAsyncIteration:
-                return
-
-
-class _Lent:
-    """A request sent ahead on a pool's connection, which goes back once read."""
-
-    __slots__ = ("pool", "sent")
-
-    def __init__(self, pool: AsyncConnectionPool, sent: AsyncSentAhead) -> None:
-        self.pool = pool
-        self.sent = sent
-
-    async def read(self) -> Any:
         try:
-            return await self.sent.read()
+            while True:
+                try:
+                    yield asyncio.run_coroutine_threadsafe(items.__anext__(), loop).result()
+                except StopAsyncIteration:
+                    return
         finally:
-            await self.pool.putconn(self.sent.conn)
+            # Closed on its loop, however the caller stopped: left to the
+            # garbage collector, its cleanup would run in this thread, with no loop.
+            close = getattr(items, "aclose", None)
+            if close is not None:
+                asyncio.run_coroutine_threadsafe(close(), loop).result()
 
-    async def abandon(self) -> None:
-        try:
-            await self.sent.abandon()
-        finally:
-            await self.pool.putconn(self.sent.conn)
+
+class AsyncReading(NamedTuple):
+    """An io.Ahead request sent, its reply being read by a task."""
+
+    request: Request
+    task: asyncio.Future[Any]
+
+
+async def _read_and_give_back(pool: AsyncConnectionPool, sent: AsyncSentAhead) -> Any:
+    try:
+        return await sent.read()
+    finally:
+        await pool.putconn(sent.conn)
+
+
+def _retrieved(task: asyncio.Future[Any]) -> None:
+    """A reply read for a caller that stopped: its error is dropped, not
+    reported by asyncio as never retrieved."""
+    if not task.cancelled():
+        task.exception()

@@ -4,13 +4,15 @@ from __future__ import annotations
 
 import asyncio
 import atexit
+import os
 import threading
 import time
 import weakref
 from collections.abc import AsyncIterator, Iterable, Iterator
+from concurrent.futures import Future, ThreadPoolExecutor
 from contextlib import contextmanager
 from datetime import timedelta
-from typing import Any, TypeVar
+from typing import Any, NamedTuple, TypeVar
 
 import psycopg
 from langgraph.checkpoint.serde.base import SerializerProtocol
@@ -21,7 +23,15 @@ from langgraph_colosseum._core import io
 from langgraph_colosseum._core import threads as threads_ops
 from langgraph_colosseum._core.crypt import Encryption
 from langgraph_colosseum._core.hot import DEFAULT_HOT_TTL, KEY_PREFIX
-from langgraph_colosseum._core.io import CacheCall, CacheDrop, Listen, Operation, Request
+from langgraph_colosseum._core.io import (
+    Ahead,
+    CacheCall,
+    CacheDrop,
+    Collect,
+    Listen,
+    Operation,
+    Request,
+)
 from langgraph_colosseum._core.shapes import DEFAULT_SNAPSHOT_EVERY
 from langgraph_colosseum._core.store import DEFAULT_PAGE_SIZE
 from langgraph_colosseum._core.threads import Retention
@@ -29,6 +39,7 @@ from langgraph_colosseum._driver import (
     CONFLICTS,
     RETRIES_ON_BROKEN_CONNECTION,
     RETRIES_ON_CONFLICT,
+    Deferred,
     SentAhead,
     conflict_pause,
     connection_kwargs,
@@ -43,7 +54,6 @@ from langgraph_colosseum._notify import listen
 from langgraph_colosseum._pool import (
     PoolSettings,
     StampingConnectionPool,
-    has_a_spare,
     pool_arguments,
     require_transaction_mode_safe,
 )
@@ -243,6 +253,10 @@ class ColosseumSaver(ColosseumSaverBase[Threads]):
             return self.cache.perform(request)
         if isinstance(request, Listen):
             return listen(self, request)
+        if isinstance(request, Ahead):
+            return self._send_ahead(request.request)
+        if isinstance(request, Collect):
+            return self._collect(request.handle)
         broken = conflicts = 0
         while True:
             conn = None
@@ -286,25 +300,38 @@ class ColosseumSaver(ColosseumSaverBase[Threads]):
         return io.run(op, self._perform)
 
     def _stream(self, op: Operation[Any]) -> Iterator[Any]:
-        return io.stream(op, self._perform, self._send_ahead)
+        return io.stream(op, self._perform)
 
-    def _send_ahead(self, request: Request) -> _Lent | None:
-        """`request` sent on a connection of the pool and left unread (io.Ahead),
-        or None (nothing sent). The connection stays out of the pool until it
-        is read: one is lent only while another is left for the caller (see
-        `has_a_spare`)."""
+    def _send_ahead(self, request: Request) -> Reading | Deferred:
+        """`request` sent on an idle connection of the pool (io.Ahead), its
+        reply read by a thread of `_READERS`, which gives the connection back:
+        the caller, taking items meanwhile, may pause or stop and holds none."""
         pool = self.conn
-        if not isinstance(pool, ConnectionPool) or not has_a_spare(pool):
-            return None
+        if not isinstance(pool, ConnectionPool) or pool.get_stats()["pool_available"] < 1:
+            return Deferred(request)
         conn = pool.getconn()
         try:
             sent = send_ahead(conn, request)
-        except Exception:  # nothing to lose: it is performed when collected
+        except Exception:  # nothing lost: performed when collected
             sent = None
+        except BaseException:
+            pool.putconn(conn)
+            raise
         if sent is None:
             pool.putconn(conn)
-            return None
-        return _Lent(pool, sent)
+            return Deferred(request)
+        return Reading(request, _readers().submit(_read_and_give_back, pool, sent))
+
+    def _collect(self, handle: Reading | Deferred) -> Any:
+        if isinstance(handle, Reading):
+            try:
+                return handle.future.result()
+            except Exception:
+                # Sent ahead on the lean path alone, without the driver's
+                # retries (a lost connection, a statement deallocated): the
+                # request is a read, and goes again the usual way, which has them.
+                pass
+        return self._perform(handle.request)
 
     # The async interface of a blocking saver runs each request in a worker thread.
     async def _arun(self, op: Operation[T]) -> T:
@@ -317,26 +344,35 @@ class ColosseumSaver(ColosseumSaverBase[Threads]):
         return await asyncio.to_thread(self._perform, request)
 
 
-class _Lent:
-    """A request sent ahead on a pool's connection, which goes back once read."""
+class Reading(NamedTuple):
+    """An io.Ahead request sent, its reply being read by a thread."""
 
-    __slots__ = ("pool", "sent")
+    request: Request
+    future: Future[Any]
 
-    def __init__(self, pool: ConnectionPool, sent: SentAhead) -> None:
-        self.pool = pool
-        self.sent = sent
 
-    def read(self) -> Any:
-        try:
-            return self.sent.read()
-        finally:
-            self.pool.putconn(self.sent.conn)
+def _read_and_give_back(pool: ConnectionPool, sent: SentAhead) -> Any:
+    try:
+        return sent.read()
+    finally:
+        pool.putconn(sent.conn)
 
-    def abandon(self) -> None:
-        try:
-            self.sent.abandon()
-        finally:
-            self.pool.putconn(self.sent.conn)
+
+# The threads that read the replies of requests sent ahead. They start as
+# needed; a process forked from one that used them makes its own (a fork copies
+# no threads, and an executor that believes it has some never runs the job).
+_READER_THREADS = 32
+_reader_pool: tuple[int, ThreadPoolExecutor] | None = None
+_reader_lock = threading.Lock()
+
+
+def _readers() -> ThreadPoolExecutor:
+    global _reader_pool
+    with _reader_lock:
+        if _reader_pool is None or _reader_pool[0] != os.getpid():
+            executor = ThreadPoolExecutor(_READER_THREADS, thread_name_prefix="colosseum-reader")
+            _reader_pool = (os.getpid(), executor)
+        return _reader_pool[1]
 
 
 def _drop_stale_heads_of(saver: weakref.ref[ColosseumSaver]) -> None:

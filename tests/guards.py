@@ -1434,50 +1434,60 @@ GUARDS: list[Guard] = [
         tests=(f"{LIST_AHEAD}::test_every_page_reads_as_inmemorysaver_history",),
     ),
     Guard(
-        name="list ahead: a page is read ahead only while a connection is left for the caller",
-        file="langgraph_colosseum/_pool.py",
-        original='return stats["pool_available"] - 1 + stats["pool_max"] - stats["pool_size"] >= 1',
-        mutant="return True",
-        tests=(
-            f"{LIST_AHEAD}::test_a_list_inside_a_list_on_a_pool_of_two_does_not_wait_for_itself",
-            f"{LIST_AHEAD}::test_an_async_list_inside_a_list_on_a_pool_of_two",
-        ),
-    ),
-    Guard(
-        name="list ahead: a caller that stops leaves no page unread on a connection",
-        file="langgraph_colosseum/_core/io.py",
-        original=(
-            "        for handle in pending:  # the caller stopped before they were read\n"
-            "            handle.abandon()\n"
-        ),
-        mutant="        pass\n",
-        tests=(f"{LIST_AHEAD}::test_a_caller_that_stops_early_leaves_the_pool_whole",),
-    ),
-    Guard(
         name="list ahead: a page whose connection was lost is read again the usual way",
-        file="langgraph_colosseum/_core/io.py",
-        original="        except Exception:\n            # Sent ahead only on the lean path",
-        mutant="        except ZeroDivisionError:\n            # Sent ahead only on the lean path",
+        file="langgraph_colosseum/saver.py",
+        original="            except Exception:\n                # Sent ahead on the lean path alone",
+        mutant="            except ZeroDivisionError:\n                # Sent ahead on the lean path alone",
         tests=(
             f"{LIST_AHEAD}::test_a_page_whose_connection_is_lost_while_read_ahead_is_read_again",
         ),
     ),
     Guard(
+        name="list ahead: a connection taken to send ahead goes back when interrupted",
+        file="langgraph_colosseum/saver.py",
+        original="        except BaseException:\n            pool.putconn(conn)\n            raise\n",
+        mutant="        except ZeroDivisionError:\n            raise\n",
+        tests=(
+            f"{LIST_AHEAD}::test_a_list_interrupted_while_it_sends_ahead_gives_back_its_connection",
+        ),
+    ),
+    Guard(
         name="list ahead (asyncio): a page whose connection was lost is read again",
-        file="langgraph_colosseum/_core/io.py",
-        original="        except Exception:  # as in `collect`\n",
-        mutant="        except ZeroDivisionError:\n",
+        file="langgraph_colosseum/aio.py",
+        original="            except Exception:  # as the blocking saver's _collect\n",
+        mutant="            except ZeroDivisionError:\n",
         tests=(
             f"{LIST_AHEAD}"
             "::test_an_async_page_whose_connection_is_lost_while_read_ahead_is_read_again",
         ),
     ),
     Guard(
-        name="list ahead (asyncio): a caller that stops leaves no page unread on a connection",
-        file="langgraph_colosseum/_core/io.py",
-        original="            await handle.aabandon()\n",
-        mutant="            pass\n",
-        tests=(f"{LIST_AHEAD}::test_an_async_caller_that_stops_early_leaves_the_pool_whole",),
+        name="list ahead (asyncio): a connection taken to send ahead goes back when cancelled",
+        file="langgraph_colosseum/aio.py",
+        original=(
+            "        except BaseException:  # cancelled: the connection still goes back\n"
+            "            await pool.putconn(conn)\n"
+            "            raise\n"
+        ),
+        mutant="        except ZeroDivisionError:\n            raise\n",
+        tests=(
+            f"{LIST_AHEAD}"
+            "::test_an_async_list_cancelled_while_it_sends_ahead_gives_back_its_connection",
+        ),
+    ),
+    Guard(
+        name="list ahead (asyncio): a caller cancelled at its page leaves the reply to be read",
+        file="langgraph_colosseum/aio.py",
+        original="return await asyncio.shield(handle.task)",
+        mutant="return await handle.task",
+        tests=(f"{LIST_AHEAD}::test_an_async_list_cancelled_while_it_waits_for_a_page_read_ahead",),
+    ),
+    Guard(
+        name="telemetry: a page read ahead is a round trip of its list",
+        file="langgraph_colosseum/_otel.py",
+        original="        if cls is Collect:  # the reply of a request sent ahead: its round trip\n",
+        mutant="        if False:\n",
+        tests=(f"{LIST_AHEAD}::test_telemetry_counts_the_pages_read_ahead",),
     ),
 ]
 

@@ -52,17 +52,18 @@ class Ahead(NamedTuple):
     is the request's result (or raises its error). A streaming operation asks
     for its next page this way before it emits this one, so that Postgres
     reads the next page while the caller takes this one's items (a long `list`
-    otherwise waits for every page in turn: see store.list). Only for a
-    request that may be sent twice (a read): one sent ahead and lost is sent
-    again when collected. A handle never collected (the caller stopped
-    iterating) has its result read and dropped. A runner that cannot send
-    ahead performs the request when it is collected."""
+    otherwise waits for every page in turn: see store.list). The driver reads
+    the reply as it comes, apart from the caller (a thread, a task) and gives
+    the connection back: a caller that pauses or stops holds none, and keeps
+    no statement open on the server. Only for a request that may be sent
+    twice (a read): one sent ahead and lost is sent again when collected. A
+    driver that cannot send it ahead performs it when it is collected."""
 
     request: Query | Transaction
 
 
 class Collect(NamedTuple):
-    """The result of the `Ahead` request whose handle this is."""
+    """The result of the `Ahead` request whose handle this is (`handle.request`)."""
 
     handle: Any
 
@@ -215,95 +216,20 @@ def drive(op: Operation[T], perform: Callable[[Request], Any]) -> T:
             result = perform(request)
 
 
-class SentAhead(Protocol):
-    """What a driver's `send_ahead` returns: a request on the wire. (The
-    asyncio driver's has the same methods, awaitable.)"""
-
-    def read(self) -> Any:
-        """Its result (or error); its connection is free after."""
-
-    def abandon(self) -> None:
-        """Its result is not wanted: read and dropped (the connection is then
-        free), or the connection closed if that fails."""
-
-
-class _Ahead:
-    """The handle an `Ahead` request gets: sent, or left to be performed when
-    collected (the driver could not send it ahead)."""
-
-    __slots__ = ("request", "sent")
-
-    def __init__(self, request: Request, sent: SentAhead | None) -> None:
-        self.request = request
-        self.sent = sent
-
-    def collect(self, perform: Callable[[Request], Any]) -> Any:
-        sent, self.sent = self.sent, None
-        if sent is None:
-            return perform(self.request)
-        try:
-            return sent.read()
-        except Exception:
-            # Sent ahead only on the lean path, without the driver's retries
-            # (a lost connection, a statement deallocated): the request is
-            # read-only and goes again the usual way, which has them.
-            return perform(self.request)
-
-    def abandon(self) -> None:
-        sent, self.sent = self.sent, None
-        if sent is not None:
-            sent.abandon()
-
-    async def acollect(self, perform: Callable[[Request], Awaitable[Any]]) -> Any:
-        """`collect` on the asyncio driver."""
-        sent, self.sent = self.sent, None
-        if sent is None:
-            return await perform(self.request)
-        try:
-            return await sent.read()
-        except Exception:  # as in `collect`
-            return await perform(self.request)
-
-    async def aabandon(self) -> None:
-        sent, self.sent = self.sent, None
-        if sent is not None:
-            await sent.abandon()
-
-
-def stream(
-    op: Operation[Any],
-    perform: Callable[[Request], Any],
-    send_ahead: Callable[[Request], SentAhead | None] | None = None,
-) -> Iterator[Any]:
-    """`send_ahead(request)`: `request` sent and not read, or None when the
-    driver cannot (an `Ahead` request is then performed when collected)."""
+def stream(op: Operation[Any], perform: Callable[[Request], Any]) -> Iterator[Any]:
     if observer is not None:
         op, perform = observer(op, perform, False)
     result = None
-    pending: list[_Ahead] = []
-    try:
-        while True:
-            try:
-                request = op.send(result)
-            except StopIteration:
-                return
-            if isinstance(request, Emit):
-                result = None
-                yield request.item
-            elif isinstance(request, Ahead):
-                inner = request.request
-                result = _Ahead(inner, send_ahead(inner) if send_ahead is not None else None)
-                if result.sent is not None:
-                    pending.append(result)
-            elif isinstance(request, Collect):
-                if request.handle in pending:
-                    pending.remove(request.handle)
-                result = request.handle.collect(perform)
-            else:
-                result = perform(request)
-    finally:
-        for handle in pending:  # the caller stopped before they were read
-            handle.abandon()
+    while True:
+        try:
+            request = op.send(result)
+        except StopIteration:
+            return
+        if isinstance(request, Emit):
+            result = None
+            yield request.item
+        else:
+            result = perform(request)
 
 
 async def arun(op: Operation[T], perform: Callable[[Request], Awaitable[Any]]) -> T:
@@ -330,36 +256,18 @@ async def adrive(op: Operation[T], perform: Callable[[Request], Awaitable[Any]])
 
 
 async def astream(
-    op: Operation[Any],
-    perform: Callable[[Request], Awaitable[Any]],
-    send_ahead: Callable[[Request], Awaitable[Any]] | None = None,
+    op: Operation[Any], perform: Callable[[Request], Awaitable[Any]]
 ) -> AsyncIterator[Any]:
-    """`stream` on the asyncio driver (`send_ahead` awaitable)."""
     if observer is not None:
         op, perform = observer(op, perform, True)
     result = None
-    pending: list[_Ahead] = []
-    try:
-        while True:
-            try:
-                request = op.send(result)
-            except StopIteration:
-                return
-            if isinstance(request, Emit):
-                result = None
-                yield request.item
-            elif isinstance(request, Ahead):
-                inner = request.request
-                sent = await send_ahead(inner) if send_ahead is not None else None
-                result = _Ahead(inner, sent)
-                if sent is not None:
-                    pending.append(result)
-            elif isinstance(request, Collect):
-                if request.handle in pending:
-                    pending.remove(request.handle)
-                result = await request.handle.acollect(perform)
-            else:
-                result = await perform(request)
-    finally:
-        for handle in pending:  # the caller stopped before they were read
-            await handle.aabandon()
+    while True:
+        try:
+            request = op.send(result)
+        except StopIteration:
+            return
+        if isinstance(request, Emit):
+            result = None
+            yield request.item
+        else:
+            result = await perform(request)

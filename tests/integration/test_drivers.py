@@ -18,7 +18,7 @@ from langgraph_colosseum import (
     ColosseumSaver,
     InvalidConfigError,
 )
-from langgraph_colosseum._core.io import CacheCall, CacheDrop, Transaction
+from langgraph_colosseum._core.io import Ahead, CacheCall, CacheDrop, Collect, Transaction
 
 
 class Counter(TypedDict):
@@ -171,20 +171,16 @@ class RoundTripCounter:
         original = saver._perform
 
         def counting(request):
-            is_cache = isinstance(request, (CacheCall, CacheDrop))
-            (self.cache_requests if is_cache else self.requests).append(request)
+            # A request sent ahead (a list's next page) is one round trip, made
+            # when it is sent; collecting its reply is none.
+            if isinstance(request, Ahead):
+                self.requests.append(request.request)
+            elif not isinstance(request, Collect):
+                is_cache = isinstance(request, (CacheCall, CacheDrop))
+                (self.cache_requests if is_cache else self.requests).append(request)
             return original(request)
 
         saver._perform = counting  # type: ignore[method-assign]
-        # A request a stream sends ahead (io.Ahead, a list's next page) is one too.
-        send_ahead = getattr(saver, "_send_ahead", None)
-        if send_ahead is not None:
-
-            def counting_ahead(request):
-                self.requests.append(request)
-                return send_ahead(request)
-
-            saver._send_ahead = counting_ahead  # type: ignore[method-assign]
 
     def reset(self) -> None:
         self.requests.clear()

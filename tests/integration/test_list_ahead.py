@@ -2,17 +2,21 @@
 
 From its third page on, `store.list` sends the next page's value rows and the
 rows of the page after it ahead (`io.Ahead`), and emits the page it has
-meanwhile. What a caller relies on, checked here: every page reads as
-InMemorySaver's history, deltas and all, however the pages fall (small pages
-here: every history spans many); a caller that stops early leaves the pool as
-it was; a list inside a list on a pool of two never waits for itself; a page
-whose connection is lost while it is read ahead is read again.
+meanwhile; the driver reads the reply apart from the caller (a thread, a task)
+and gives the connection back. What a caller relies on, checked here: every
+page reads as InMemorySaver's history, deltas and all, however the pages fall
+(small pages here: every history spans many); a caller that pauses or stops
+holds no connection and keeps nothing open on the server; a list inside a
+list on a pool of two never waits for itself; a page whose connection is lost
+while it is read ahead is read again; a cancelled async list gives back what
+it took; telemetry counts the pages read ahead.
 """
 
 from __future__ import annotations
 
-import gc
+import asyncio
 import threading
+import time
 from collections.abc import Iterator
 from typing import Any
 
@@ -21,7 +25,10 @@ import pytest
 from langgraph.checkpoint.base import empty_checkpoint
 
 from langgraph_colosseum import AsyncColosseumSaver, ColosseumSaver
+from langgraph_colosseum import aio as aio_module
+from langgraph_colosseum import saver as saver_module
 from langgraph_colosseum._core import store
+from langgraph_colosseum._driver import AsyncSentAhead, asend_ahead, send_ahead
 from tests.conftest import truncate
 from tests.integration.graphs import chat_graph, delta_graph, linear_graph
 from tests.integration.test_differential import (
@@ -106,9 +113,17 @@ def test_limits_and_filters_read_ahead_only_what_they_need(paged: ColosseumSaver
     assert ids(paged.list(thread, filter={"step": 3})) == [f"{3:08}"]
 
 
-def pool_is_whole(saver: ColosseumSaver) -> bool:
-    stats = saver.conn.get_stats()
-    return stats["pool_available"] == stats["pool_size"]
+def pool_is_whole(saver: Any, within: float = 5.0) -> bool:
+    """Every connection of the saver's pool idle (a reply read ahead may still
+    be on its way back: it is given back as soon as it is read)."""
+    deadline = time.monotonic() + within
+    while True:
+        stats = saver.conn.get_stats()
+        if stats["pool_available"] == stats["pool_size"]:
+            return True
+        if time.monotonic() > deadline:
+            return False
+        time.sleep(0.01)
 
 
 def test_a_caller_that_stops_early_leaves_the_pool_whole(paged: ColosseumSaver) -> None:
@@ -119,7 +134,6 @@ def test_a_caller_that_stops_early_leaves_the_pool_whole(paged: ColosseumSaver) 
             f"{i:08}" for i in reversed(range(40 - taken, 40))
         ]
         del items
-        gc.collect()
         assert pool_is_whole(paged)
     assert len(ids(paged.list(thread))) == 40  # and every connection still works
 
@@ -127,9 +141,8 @@ def test_a_caller_that_stops_early_leaves_the_pool_whole(paged: ColosseumSaver) 
 def test_a_list_inside_a_list_on_a_pool_of_two_does_not_wait_for_itself(
     small_pages: None, pg_url: str
 ) -> None:
-    """A page read ahead keeps its connection while the caller takes items; the
-    caller may ask for more (here a list, and a read per item of it), which
-    needs one: a page is read ahead only while another connection would be left."""
+    """A page read ahead is read apart from the caller, whose own requests (here
+    a list, and a read per item of it) wait at most for that read."""
     with ColosseumSaver.from_conn_string(
         pg_url, min_size=0, max_size=2, timeout=3, page_size=PAGE_SIZE
     ) as saver:
@@ -142,27 +155,75 @@ def test_a_list_inside_a_list_on_a_pool_of_two_does_not_wait_for_itself(
 
 
 def test_a_page_whose_connection_is_lost_while_read_ahead_is_read_again(
-    paged: ColosseumSaver, pg_url: str
+    paged: ColosseumSaver, pg_url: str, monkeypatch: pytest.MonkeyPatch
 ) -> None:
     thread = fill(paged, "ahead-lost", 30)
-    send_ahead = paged._send_ahead
     killed = []
 
-    def and_kill(request: Any) -> Any:
-        lent = send_ahead(request)
-        if lent is not None:
+    def send_and_kill(conn: Any, request: Any) -> Any:
+        sent = send_ahead(conn, request)
+        if sent is not None:  # the backend gone before its reply is read
             with psycopg.connect(pg_url, autocommit=True) as admin:
-                admin.execute("SELECT pg_terminate_backend(%s)", (lent.sent.conn.info.backend_pid,))
-            killed.append(lent.sent.conn.info.backend_pid)
-        return lent
+                admin.execute("SELECT pg_terminate_backend(%s)", (conn.info.backend_pid,))
+            killed.append(conn.info.backend_pid)
+        return sent
 
-    paged._send_ahead = and_kill  # type: ignore[method-assign]
+    monkeypatch.setattr(saver_module, "send_ahead", send_and_kill)
     items = list(paged.list(thread))
     assert killed
     assert ids(items) == [f"{i:08}" for i in reversed(range(30))]
     assert [item.checkpoint["channel_values"]["counter"] for item in items] == list(
         reversed(range(30))
     )
+    assert pool_is_whole(paged)
+
+
+def test_a_list_interrupted_while_it_sends_ahead_gives_back_its_connection(
+    paged: ColosseumSaver, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    thread = fill(paged, "ahead-interrupted", 30)
+
+    def interrupted(conn: Any, request: Any) -> Any:
+        raise KeyboardInterrupt  # Ctrl-C while the request goes out
+
+    monkeypatch.setattr(saver_module, "send_ahead", interrupted)
+    with pytest.raises(KeyboardInterrupt):
+        list(paged.list(thread))
+    assert pool_is_whole(paged)
+    monkeypatch.undo()
+    assert len(ids(paged.list(thread))) == 30
+
+
+def test_a_paused_caller_holds_nothing_on_the_server(small_pages: None, pg_url: str) -> None:
+    """Values large enough that a page's reply does not fit the sockets'
+    buffers: read apart from the caller, the statement ends, its transaction
+    with it, and DDL (a migration) is not kept waiting by a paused list."""
+    with ColosseumSaver.from_conn_string(pg_url, pool_size=4, page_size=PAGE_SIZE) as saver:
+        config = {"configurable": {"thread_id": "ahead-paused", "checkpoint_ns": ""}}
+        version = None
+        for i in range(24):
+            version = saver.get_next_version(version, None)
+            checkpoint = empty_checkpoint()
+            checkpoint["id"] = f"{i:08}"
+            checkpoint["channel_values"] = {"big": f"{i}-" + "x" * 400_000}
+            checkpoint["channel_versions"] = {"big": version}
+            config = saver.put(config, checkpoint, {}, {"big": version})
+        items = saver.list({"configurable": {"thread_id": "ahead-paused"}})
+        taken = [next(items) for _ in range(MAX_PAGE + PAGE_SIZE + 1)]  # into page 3
+        assert pool_is_whole(saver)
+        with psycopg.connect(pg_url, autocommit=True) as admin:
+            busy = admin.execute(
+                "SELECT count(*) FROM pg_stat_activity WHERE datname = current_database() "
+                "AND pid <> pg_backend_pid() AND (state <> 'idle' OR xact_start IS NOT NULL)"
+            ).fetchone()[0]
+            assert busy == 0
+            admin.execute("SET lock_timeout = '2s'")
+            admin.execute("ALTER TABLE colosseum_channel_values ADD COLUMN paused_probe int")
+            admin.execute("ALTER TABLE colosseum_channel_values DROP COLUMN paused_probe")
+        rest = list(items)
+        assert [int(t.checkpoint["channel_values"]["big"].split("-")[0]) for t in taken + rest] == (
+            list(reversed(range(24)))
+        )
 
 
 async def afill(saver: AsyncColosseumSaver, thread_id: str, count: int) -> dict:
@@ -190,7 +251,7 @@ async def test_an_async_caller_that_stops_early_leaves_the_pool_whole(
             got = [await items.__anext__() for _ in range(taken)]
             assert ids(got) == [f"{i:08}" for i in reversed(range(30 - taken, 30))]
             await items.aclose()
-            assert pool_is_whole(saver)
+            assert await asyncio.to_thread(pool_is_whole, saver)
         assert len([item async for item in saver.alist(thread)]) == 30
 
 
@@ -208,28 +269,166 @@ async def test_an_async_list_inside_a_list_on_a_pool_of_two(small_pages: None, p
 
 
 async def test_an_async_page_whose_connection_is_lost_while_read_ahead_is_read_again(
-    small_pages: None, pg_url: str
+    small_pages: None, pg_url: str, monkeypatch: pytest.MonkeyPatch
 ) -> None:
     async with AsyncColosseumSaver.from_conn_string(
         pg_url, pool_size=4, page_size=PAGE_SIZE
     ) as saver:
         thread = await afill(saver, "ahead-async-lost", 30)
-        send_ahead = saver._send_ahead
         killed = []
 
-        async def and_kill(request: Any) -> Any:
-            lent = await send_ahead(request)
-            if lent is not None:
-                pid = lent.sent.conn.info.backend_pid
+        async def send_and_kill(conn: Any, request: Any) -> Any:
+            sent = await asend_ahead(conn, request)
+            if sent is not None:
+                pid = conn.info.backend_pid
                 with psycopg.connect(pg_url, autocommit=True) as admin:
                     admin.execute("SELECT pg_terminate_backend(%s)", (pid,))
                 killed.append(pid)
-            return lent
+            return sent
 
-        saver._send_ahead = and_kill  # type: ignore[method-assign]
+        monkeypatch.setattr(aio_module, "asend_ahead", send_and_kill)
         items = [item async for item in saver.alist(thread)]
         assert killed
         assert ids(items) == [f"{i:08}" for i in reversed(range(30))]
+
+
+async def test_an_async_list_cancelled_while_it_sends_ahead_gives_back_its_connection(
+    small_pages: None, pg_url: str, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    async with AsyncColosseumSaver.from_conn_string(
+        pg_url, min_size=1, max_size=3, timeout=3, page_size=PAGE_SIZE
+    ) as saver:
+        thread = await afill(saver, "ahead-async-cancelled", 30)
+        sending = asyncio.Event()
+
+        async def slow_send(conn: Any, request: Any) -> Any:
+            sending.set()
+            await asyncio.sleep(60)  # a large request waiting on its socket
+            return await asend_ahead(conn, request)
+
+        monkeypatch.setattr(aio_module, "asend_ahead", slow_send)
+        for _ in range(3):
+            sending.clear()
+
+            async def take_all() -> None:
+                async for _ in saver.alist(thread):
+                    pass
+
+            task = asyncio.ensure_future(take_all())
+            await sending.wait()
+            task.cancel()
+            with pytest.raises(asyncio.CancelledError):
+                await task
+            assert await asyncio.to_thread(pool_is_whole, saver)
+        monkeypatch.undo()
+        assert len([item async for item in saver.alist(thread)]) == 30
+
+
+async def test_an_async_list_cancelled_while_it_waits_for_a_page_read_ahead(
+    small_pages: None, pg_url: str, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """The reply is read to its end all the same, and its connection goes back
+    clean: it is not closed for the caller's cancellation."""
+    async with AsyncColosseumSaver.from_conn_string(
+        pg_url, min_size=2, max_size=3, page_size=PAGE_SIZE
+    ) as saver:
+        thread = await afill(saver, "ahead-async-collecting", 30)
+        reading = asyncio.Event()
+        read = AsyncSentAhead.read
+
+        async def slow_read(self: Any) -> Any:
+            reading.set()
+            await asyncio.sleep(0.3)  # a large reply still coming
+            return await read(self)
+
+        monkeypatch.setattr(AsyncSentAhead, "read", slow_read)
+        for _ in range(2):
+            reading.clear()
+
+            async def take_all() -> None:
+                async for _ in saver.alist(thread):
+                    pass
+
+            task = asyncio.ensure_future(take_all())
+            await reading.wait()
+            await asyncio.sleep(0.05)  # the caller is at its Collect by now
+            task.cancel()
+            with pytest.raises(asyncio.CancelledError):
+                await task
+            assert await asyncio.to_thread(pool_is_whole, saver)
+        stats = saver.conn.get_stats()
+        assert stats.get("returns_bad", 0) == 0 and stats.get("connections_lost", 0) == 0
+
+
+def test_a_blocking_list_of_an_async_saver_stopped_early_closes_on_its_loop(
+    small_pages: None, pg_url: str
+) -> None:
+    """AsyncColosseumSaver.list from another thread, dropped after a few items:
+    its cleanup runs on the saver's loop, and the connection it read ahead on
+    goes back clean (not closed)."""
+    loop = asyncio.new_event_loop()
+    ready = threading.Event()
+    threading.Thread(target=loop.run_forever, daemon=True).start()
+
+    async def make() -> AsyncColosseumSaver:
+        context = AsyncColosseumSaver.from_conn_string(
+            pg_url, min_size=2, max_size=3, page_size=PAGE_SIZE
+        )
+        saver = await context.__aenter__()
+        saver._context = context  # type: ignore[attr-defined]
+        await afill(saver, "ahead-blocking-async", 30)
+        ready.set()
+        return saver
+
+    saver = asyncio.run_coroutine_threadsafe(make(), loop).result()
+    try:
+        backends = set()
+        for _ in range(3):
+            items = saver.list({"configurable": {"thread_id": "ahead-blocking-async"}})
+            assert len([next(items) for _ in range(9)]) == 9
+            items.close()
+            assert pool_is_whole(saver)
+            stats = saver.conn.get_stats()
+            backends.add(stats.get("returns_bad", 0) + stats.get("connections_lost", 0))
+        assert backends == {0}  # no connection was closed for a reply left unread
+    finally:
+        asyncio.run_coroutine_threadsafe(
+            saver._context.__aexit__(None, None, None),
+            loop,  # type: ignore[attr-defined]
+        ).result()
+        loop.call_soon_threadsafe(loop.stop)
+
+
+def test_telemetry_counts_the_pages_read_ahead(paged: ColosseumSaver) -> None:
+    from opentelemetry.sdk.trace import TracerProvider
+    from opentelemetry.sdk.trace.export import SimpleSpanProcessor
+    from opentelemetry.sdk.trace.export.in_memory_span_exporter import InMemorySpanExporter
+
+    from langgraph_colosseum import telemetry
+    from langgraph_colosseum._core import io
+
+    thread = fill(paged, "ahead-telemetry", 40)
+    requests = []
+    perform = paged._perform
+
+    def counting(request: Any) -> Any:
+        if not isinstance(request, io.Collect):  # a Collect is its Ahead's reply
+            requests.append(request)
+        return perform(request)
+
+    paged._perform = counting  # type: ignore[method-assign]
+    exporter = InMemorySpanExporter()
+    provider = TracerProvider()
+    provider.add_span_processor(SimpleSpanProcessor(exporter))
+    before = io.observer
+    assert telemetry.enable(tracer_provider=provider)
+    try:
+        assert len(ids(paged.list(thread))) == 40
+    finally:
+        io.observer = before
+    (span,) = [s for s in exporter.get_finished_spans() if s.name.startswith("list")]
+    assert span.attributes["colosseum.round_trips"] == len(requests)
+    assert any(isinstance(r, io.Ahead) for r in requests)
 
 
 def test_threads_listing_while_another_thread_writes(paged: ColosseumSaver) -> None:
