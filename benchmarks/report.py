@@ -73,6 +73,7 @@ LONG_FIGURES = [
     ("list_peak_traced_bytes", "full list() peak (tracemalloc)", "bytes"),
     ("list_peak_rss_bytes", "full list() peak (RSS growth)", "bytes"),
     ("get_state_s", "get_tuple at head (median)", "s"),
+    ("get_state_first_s", "get_tuple at head, a head not read before (median)", "s"),
     ("get_state_peak_traced_bytes", "get_tuple peak (tracemalloc)", "bytes"),
     ("get_state_peak_rss_bytes", "get_tuple peak (RSS growth)", "bytes"),
     ("per_get_tuple.client_cpu_s", "get_tuple client CPU", "s"),

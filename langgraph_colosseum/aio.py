@@ -363,18 +363,11 @@ class AsyncColosseumSaver(ColosseumSaverBase[AsyncThreads]):
     def _stream(self, op: Operation[Any]) -> Iterator[Any]:
         loop = self._loop_for_blocking_call()
         items = self._astream(op)
-        try:
-            while True:
-                try:
-                    yield asyncio.run_coroutine_threadsafe(items.__anext__(), loop).result()
-                except StopAsyncIteration:
-                    return
-        finally:
-            # Closed on its loop, however the caller stopped: left to the
-            # garbage collector, its cleanup would run in this thread, with no loop.
-            close = getattr(items, "aclose", None)
-            if close is not None:
-                asyncio.run_coroutine_threadsafe(close(), loop).result()
+        while True:
+            try:
+                yield asyncio.run_coroutine_threadsafe(items.__anext__(), loop).result()
+            except StopAsyncIteration:
+                return
 
 
 class AsyncReading(NamedTuple):

@@ -4,12 +4,11 @@ from __future__ import annotations
 
 import asyncio
 import atexit
-import os
 import threading
 import time
 import weakref
 from collections.abc import AsyncIterator, Iterable, Iterator
-from concurrent.futures import Future, ThreadPoolExecutor
+from concurrent.futures import Future
 from contextlib import contextmanager
 from datetime import timedelta
 from typing import Any, NamedTuple, TypeVar
@@ -304,7 +303,7 @@ class ColosseumSaver(ColosseumSaverBase[Threads]):
 
     def _send_ahead(self, request: Request) -> Reading | Deferred:
         """`request` sent on an idle connection of the pool (io.Ahead), its
-        reply read by a thread of `_READERS`, which gives the connection back:
+        reply read by a thread of its own, which gives the connection back:
         the caller, taking items meanwhile, may pause or stop and holds none."""
         pool = self.conn
         if not isinstance(pool, ConnectionPool) or pool.get_stats()["pool_available"] < 1:
@@ -320,7 +319,7 @@ class ColosseumSaver(ColosseumSaverBase[Threads]):
         if sent is None:
             pool.putconn(conn)
             return Deferred(request)
-        return Reading(request, _readers().submit(_read_and_give_back, pool, sent))
+        return Reading(request, _read_apart(pool, sent))
 
     def _collect(self, handle: Reading | Deferred) -> Any:
         if isinstance(handle, Reading):
@@ -358,21 +357,26 @@ def _read_and_give_back(pool: ConnectionPool, sent: SentAhead) -> Any:
         pool.putconn(sent.conn)
 
 
-# The threads that read the replies of requests sent ahead. They start as
-# needed; a process forked from one that used them makes its own (a fork copies
-# no threads, and an executor that believes it has some never runs the job).
-_READER_THREADS = 32
-_reader_pool: tuple[int, ThreadPoolExecutor] | None = None
-_reader_lock = threading.Lock()
+def _read_apart(pool: ConnectionPool, sent: SentAhead) -> Future[Any]:
+    """The reply of `sent`, read by a thread of its own (a daemon: one waiting
+    on a server that does not answer never holds the process at exit); read
+    here, at once, when no thread can start (the interpreter shutting down)."""
+    reading: Future[Any] = Future()
 
+    def read() -> None:
+        try:
+            reading.set_result(_read_and_give_back(pool, sent))
+        except BaseException as exc:
+            reading.set_exception(exc)
 
-def _readers() -> ThreadPoolExecutor:
-    global _reader_pool
-    with _reader_lock:
-        if _reader_pool is None or _reader_pool[0] != os.getpid():
-            executor = ThreadPoolExecutor(_READER_THREADS, thread_name_prefix="colosseum-reader")
-            _reader_pool = (os.getpid(), executor)
-        return _reader_pool[1]
+    try:
+        threading.Thread(target=read, name="colosseum-reader", daemon=True).start()
+    except Exception:  # no thread can start: read here
+        read()
+    except BaseException:  # interrupted: the connection goes back all the same
+        read()
+        raise
+    return reading
 
 
 def _drop_stale_heads_of(saver: weakref.ref[ColosseumSaver]) -> None:

@@ -1398,15 +1398,27 @@ GUARDS: list[Guard] = [
         tests=(f"{RUNS_LOCK_ORDER}::test_a_finish_waiting_for_the_thread_row_holds_no_run_record",),
     ),
     Guard(
-        name="read memo: Postgres leaves a checkpoint out only while its texts are those read",
+        name="read memo: Postgres leaves a checkpoint out only while its digest is the one sent",
         file="langgraph_colosseum/_core/sql.py",
-        original="    ELSE %(memo)s::bytea = sha256(convert_to(\n",
-        mutant="    ELSE true OR sha256(convert_to(\n",
+        original="d.memo_digest = %(memo)s::bytea AS remembered",
+        mutant="octet_length(%(memo)s::bytea) > 0 AS remembered",
         tests=(
             f"{READ_MEMO}::test_a_checkpoint_rewritten_by_another_process_is_read_as_rewritten",
             f"{READ_MEMO}::test_a_checkpoint_rewritten_twice_in_one_transaction_is_read_as_rewritten",
             f"{READ_MEMO}"
             "::test_a_checkpoint_that_took_the_place_of_the_remembered_one_is_read_as_itself",
+        ),
+    ),
+    Guard(
+        name="read memo: the digest covers the checkpoint's document, not only its metadata",
+        file="langgraph_colosseum/_core/sql.py",
+        original=(
+            "        length(c.checkpoint::text)::text || ',' || c.checkpoint::text || "
+            "c.metadata::text,\n"
+        ),
+        mutant="        c.metadata::text,\n",
+        tests=(
+            f"{READ_MEMO}::test_a_checkpoint_rewritten_in_its_document_only_is_read_as_rewritten",
         ),
     ),
     Guard(
@@ -1422,8 +1434,8 @@ GUARDS: list[Guard] = [
     Guard(
         name="read memo: checkpoints only seen count against its bound",
         file="langgraph_colosseum/_core/bases.py",
-        original="        return 240 + len(self.checkpoint_id)\n",
-        mutant="        return 0\n",
+        original="    return entry.size + 240 + len(key[0]) + len(key[1])\n",
+        mutant="    return entry.size if isinstance(entry, Remembered) else 0\n",
         tests=(f"{READ_MEMO}::test_checkpoints_read_once_are_bounded_too",),
     ),
     Guard(

@@ -75,7 +75,7 @@ LEFT JOIN LATERAL (
             LIMIT 1
         ) AS v
         WHERE %(known)s::jsonb ->> ver.channel IS DISTINCT FROM ver.version
-          AND NOT c.remembered  -- the reader has them all (_REMEMBERED)
+          AND NOT c.remembered  -- the reader has them all (_REMEMBERED_ROW)
       UNION ALL
         SELECT b.* FROM chain
         CROSS JOIN LATERAL (
@@ -94,33 +94,40 @@ LEFT JOIN LATERAL (
 ) cv ON true
 """
 
-# Whether the checkpoint is the one the reader remembers decoded (`memo`: the
-# SHA-256 of the texts it decoded, store.memo_token; empty: none, sent as
-# bytes all the same, or the statement would be prepared twice): then its
-# document, metadata and value rows are not sent (a conditional read, like
-# HTTP's If-None-Match). The digest is of the row's content, not of where or
-# when it was written: a rewritten row is another checkpoint even at the place
-# and in the transaction of the one it replaced (CLUSTER, a restore), and an
-# unchanged row moved by VACUUM FULL is still the one remembered. Its pending
-# writes are sent either way: they are other rows, and change while the
-# checkpoint does not. Value rows are taken as what their versions name, as
-# the bases are (`known`): a version names one value forever.
-_REMEMBERED = """CASE WHEN octet_length(%(memo)s::bytea) = 0 THEN false
-    ELSE %(memo)s::bytea = sha256(convert_to(
+# The checkpoint's digest (`memo_digest`: SHA-256 of its document and
+# metadata texts, the document's length first so that where one ends is not
+# guessed), and whether it is the one the reader remembers decoded (`memo`:
+# the digest it was sent with when it decoded it; empty: none, sent as bytes
+# all the same, or the statement would be prepared twice): then its document,
+# metadata and value rows are not sent (a conditional read, like HTTP's
+# If-None-Match). The digest is of the row's content, not of where or when it
+# was written: a rewritten row is another checkpoint even at the place and in
+# the transaction of the one it replaced (CLUSTER, a restore), and an
+# unchanged row moved by VACUUM FULL is still the one remembered. It is made
+# here, not by the reader from the texts it got: the server's conversion to
+# UTF-8 and Python's disagree on some characters of EUC_JP and EUC_KR. Its
+# pending writes are sent either way: they are other rows, and change while
+# the checkpoint does not. Value rows are taken as what their versions name,
+# as the bases are (`known`): a version names one value forever.
+_DIGEST = """sha256(convert_to(
         length(c.checkpoint::text)::text || ',' || c.checkpoint::text || c.metadata::text,
-        'UTF8')) END"""
+        'UTF8'))"""
 
 _TUPLE_COLUMNS = """
     c.thread_id, c.checkpoint_ns, c.checkpoint_id, c.parent_checkpoint_id,
     CASE WHEN c.remembered THEN NULL ELSE c.checkpoint::text END,
     CASE WHEN c.remembered THEN NULL ELSE c.metadata::text END,
-    w.writes, cv.value_rows, c.remembered
+    w.writes, cv.value_rows, c.remembered, c.memo_digest
 """
+
+# A checkpoint row with its digest and whether it is remembered (see above).
+_REMEMBERED_ROW = f"""c.*, d.memo_digest, d.memo_digest = %(memo)s::bytea AS remembered
+    FROM colosseum_checkpoints c CROSS JOIN LATERAL (SELECT {_DIGEST} AS memo_digest) AS d"""
 
 _GET_TUPLE_BY_ID = f"""
 SELECT {_TUPLE_COLUMNS}
 FROM (
-    SELECT c.*, {_REMEMBERED} AS remembered FROM colosseum_checkpoints c
+    SELECT {_REMEMBERED_ROW}
     WHERE c.thread_id = %(thread_id)s AND c.checkpoint_ns = %(checkpoint_ns)s
       AND c.checkpoint_id = %(checkpoint_id)s
 ) AS c
@@ -137,7 +144,7 @@ FROM (
 _GET_TUPLE_LATEST = f"""
 SELECT {_TUPLE_COLUMNS}
 FROM (
-    SELECT c.*, {_REMEMBERED} AS remembered FROM colosseum_checkpoints c
+    SELECT {_REMEMBERED_ROW}
     WHERE c.thread_id = %(thread_id)s AND c.checkpoint_ns = %(checkpoint_ns)s
     ORDER BY c.checkpoint_id DESC
     LIMIT 1

@@ -8,7 +8,6 @@ from __future__ import annotations
 
 import copy
 import functools
-import hashlib
 import logging
 import math
 import random
@@ -333,7 +332,7 @@ class CheckpointStore:
         known = {channel: base.version for channel, base in bases.items()}
         # The checkpoint this process last decoded here, if it is the one asked
         # for: Postgres sends its document, metadata and values only if its row
-        # changed since (sql._REMEMBERED). Not for a refill, which carries every row.
+        # changed since (sql._DIGEST). Not for a refill, which carries every row.
         memo = self.memo.peek(thread_id, checkpoint_ns) if seq is None else None
         if memo is not None and checkpoint_id and memo.checkpoint_id != checkpoint_id:
             memo = None
@@ -343,7 +342,7 @@ class CheckpointStore:
             "checkpoint_ns": checkpoint_ns,
             "ttl": self.thread_ttl,
             "known": orjson.dumps(known).decode(),
-            "memo": kept.token if kept is not None else b"",
+            "memo": kept.digest if kept is not None else b"",
         }
         # With a retention policy, reading a thread also pushes its expiry back.
         touch = sql.TOUCH_THREAD if self.thread_ttl is not None else ""
@@ -388,7 +387,7 @@ class CheckpointStore:
             )
         elif row is not None:
             value_rows = parse_value_rows(row[0], row[1], row[_CHECKPOINT_COLUMNS])
-            value_rows_text = row[_CHECKPOINT_COLUMNS]
+            value_rows_text, digest = row[_CHECKPOINT_COLUMNS], row[_DIGEST]
             row = _expanded(row)
             document = self._load_document(row)
             values = self._materializer(thread_id, checkpoint_ns, document, bases)
@@ -396,7 +395,9 @@ class CheckpointStore:
             metadata, channel_values = self._decoded(row, document, values)
             self._remember_bases(row[0], row[1], document, values)
             if seq is None:
-                self._remember_read(row, memo, document, metadata, channel_values, value_rows_text)
+                self._remember_read(
+                    row, digest, memo, document, metadata, channel_values, value_rows_text
+                )
             result = self._assembled(row, document, metadata, channel_values, resume=True)
         # Only what read back cleanly goes to Redis: a corrupt row stays a miss.
         if seq is not None:
@@ -581,7 +582,7 @@ class CheckpointStore:
         following: _NextPage | None = None
         ahead: Any = None
         while True:
-            # From the second page on, a page is emitted while Postgres reads
+            # From the third page on, a page is emitted while Postgres reads
             # the next one's values and the rows of the one after (io.Ahead):
             # the reader waited for every page in turn before (long-20k: a
             # third of a full list's 0.78 s). What a limit will not surely
@@ -2050,6 +2051,7 @@ class CheckpointStore:
     def _remember_read(
         self,
         row: tuple,
+        digest: bytes,
         seen: Seen | Remembered | None,
         document: dict[str, Any],
         metadata: CheckpointMetadata,
@@ -2061,9 +2063,8 @@ class CheckpointStore:
         decoded, in private objects: a value held as a base at the version
         read is that base's own (a base is never changed), any other a copy."""
         thread_id, checkpoint_ns, checkpoint_id, _, checkpoint_json, metadata_json = row[:6]
-        token = memo_token(checkpoint_json, metadata_json)
-        if seen is None or seen.token != token:
-            self.memo.put(thread_id, checkpoint_ns, Seen(token, checkpoint_id))
+        if seen is None or seen.digest != digest:
+            self.memo.put(thread_id, checkpoint_ns, Seen(digest, checkpoint_id))
             return
         size = len(checkpoint_json) + len(metadata_json) + len(value_rows_text or "")
         values = {}
@@ -2075,7 +2076,7 @@ class CheckpointStore:
             else:
                 values[channel] = fresh_copy(value)
         self.memo.put(thread_id, checkpoint_ns, Remembered(
-            token, checkpoint_id, fresh_copy(document), fresh_copy(metadata), values, size,
+            digest, checkpoint_id, fresh_copy(document), fresh_copy(metadata), values, size,
         ))  # fmt: skip
 
     def _load(
@@ -2228,15 +2229,9 @@ class _NextPage(NamedTuple):
 _CHECKPOINT_COLUMNS = 7
 _CHECKPOINT_WIDTH = 15
 # In a GET_TUPLE row (before `_expanded`), after the value rows: whether the
-# checkpoint is the one the reader remembers (sql._REMEMBERED).
+# checkpoint is the one the reader remembers, and its digest (sql._DIGEST).
 _REMEMBERED = _CHECKPOINT_COLUMNS + 1
-
-
-def memo_token(checkpoint_json: str, metadata_json: str) -> bytes:
-    """What sql._REMEMBERED compares: the digest of a checkpoint's texts as
-    Postgres sends them (its length first: where one text ends is not guessed)."""
-    text = f"{len(checkpoint_json)},{checkpoint_json}{metadata_json}"
-    return hashlib.sha256(text.encode()).digest()
+_DIGEST = _CHECKPOINT_COLUMNS + 2
 
 
 _NO_WRITES = (None,) * (_CHECKPOINT_WIDTH - 6)

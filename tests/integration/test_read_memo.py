@@ -1,14 +1,14 @@
 """A head read again is decoded once, and is still what Postgres holds.
 
 The store remembers the checkpoint it last read of each (thread, namespace)
-(`_core/bases.CheckpointMemo`); a read sends the version of that row, and
-Postgres leaves out its document, metadata and values while the row is still
-that version (`sql._MEMO_HIT`). What a reader relies on, checked here against
-another saver that has never read the thread (so decodes everything): a
-remembered read returns exactly what a fresh read returns, after the
-checkpoint was rewritten (by another process, or twice in one transaction),
-deleted, or given pending writes, and what it returns is the caller's own to
-change.
+(`_core/bases.CheckpointMemo`); a read sends that checkpoint's digest, and
+Postgres leaves out its document, metadata and value rows while the checkpoint
+it finds has that digest (`sql._DIGEST`). What a reader relies on, checked
+here against another saver that has never read the thread (so decodes
+everything): a remembered read returns exactly what a fresh read returns,
+after the checkpoint was rewritten (by another process, twice in one
+transaction, only in its document), replaced in place, deleted, or given
+pending writes, and what it returns is the caller's own to change.
 """
 
 from __future__ import annotations
@@ -143,6 +143,24 @@ def test_a_checkpoint_rewritten_twice_in_one_transaction_is_read_as_rewritten(
         conn.execute(update, ('{"step": 3}',))
         assert saver.get_tuple(CONFIG).metadata["step"] == 3
         conn.rollback()
+
+
+def test_a_checkpoint_rewritten_in_its_document_only_is_read_as_rewritten(
+    pg_url: str, memo_saver: ColosseumSaver
+) -> None:
+    """The same metadata, another document: the digest covers both texts."""
+    put(memo_saver, "1", {"count": 7}, 1)
+    remembered(memo_saver)
+    with psycopg.connect(pg_url, autocommit=True) as conn:
+        conn.execute(
+            "UPDATE colosseum_checkpoints SET checkpoint = jsonb_set("
+            "checkpoint, '{versions_seen,node,__start__}', '\"rewritten\"')"
+        )
+    if memo_saver.cache is not None:  # a head rewritten behind the saver's back
+        memo_saver.flush_cache()
+    found = memo_saver.get_tuple(CONFIG)
+    assert found.checkpoint["versions_seen"]["node"]["__start__"] == "rewritten"
+    assert repr(found) == fresh_read(pg_url)
 
 
 def test_a_checkpoint_that_took_the_place_of_the_remembered_one_is_read_as_itself(
