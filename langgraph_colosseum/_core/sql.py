@@ -61,39 +61,6 @@ _CHECKPOINT_COLUMNS = """
 _VERSIONS_OF_C = """CASE jsonb_typeof(c.checkpoint -> 'channel_versions')
     WHEN 'object' THEN c.checkpoint -> 'channel_versions' ELSE '{}'::jsonb END"""
 
-_TUPLE_JOINS = f"""
-{_WRITES}
-LEFT JOIN LATERAL (
-    WITH RECURSIVE chain AS (
-        -- LATERAL: one primary-key lookup per channel, never a join over every
-        -- value row of the thread (which grows with its length).
-        SELECT v.* FROM jsonb_each_text({_VERSIONS_OF_C}) AS ver(channel, version)
-        CROSS JOIN LATERAL (
-            SELECT * FROM colosseum_channel_values v
-            WHERE v.thread_id = c.thread_id AND v.checkpoint_ns = c.checkpoint_ns
-              AND v.channel = ver.channel AND v.version = ver.version
-            LIMIT 1
-        ) AS v
-        WHERE %(known)s::jsonb ->> ver.channel IS DISTINCT FROM ver.version
-          AND NOT c.remembered  -- the reader has them all (_REMEMBERED_ROW)
-      UNION ALL
-        SELECT b.* FROM chain
-        CROSS JOIN LATERAL (
-            SELECT * FROM colosseum_channel_values b
-            WHERE b.thread_id = chain.thread_id AND b.checkpoint_ns = chain.checkpoint_ns
-              AND b.channel = chain.channel AND b.version = chain.base_version
-            LIMIT 1
-        ) AS b
-    ) CYCLE channel, version SET in_cycle USING visited  -- a corrupt, cyclic chain ends
-    -- as one JSON text, as the writes (_WRITES): [channel, version, base_version,
-    -- encoding, value as JSON text, value_bytes, value_type] per row
-    SELECT json_agg(json_build_array(
-               v.channel, v.version, v.base_version, v.encoding, v.value::text,
-               encode(v.value_bytes, 'hex'), v.value_type))::text AS value_rows
-    FROM chain AS v
-) cv ON true
-"""
-
 # The checkpoint's digest (`memo_digest`: SHA-256 of its document and
 # metadata texts, the document's length first so that where one ends is not
 # guessed), and whether it is the one the reader remembers decoded (`memo`:
@@ -112,22 +79,61 @@ LEFT JOIN LATERAL (
 _DIGEST = """sha256(convert_to(
         length(c.checkpoint::text)::text || ',' || c.checkpoint::text || c.metadata::text,
         'UTF8'))"""
+# Made in the joins, for the one checkpoint read, after the LIMIT that chose
+# it: inside the LIMIT a plan could make it for every row of the thread before
+# choosing (a generic plan at 5,000 checkpoints took 3-7 ms a read).
+
+_TUPLE_JOINS = f"""
+CROSS JOIN LATERAL (
+    SELECT {_DIGEST} AS memo_digest
+) AS d
+CROSS JOIN LATERAL (
+    SELECT d.memo_digest = %(memo)s::bytea AS remembered
+) AS r
+{_WRITES}
+LEFT JOIN LATERAL (
+    WITH RECURSIVE chain AS (
+        -- LATERAL: one primary-key lookup per channel, never a join over every
+        -- value row of the thread (which grows with its length).
+        SELECT v.* FROM jsonb_each_text({_VERSIONS_OF_C}) AS ver(channel, version)
+        CROSS JOIN LATERAL (
+            SELECT * FROM colosseum_channel_values v
+            WHERE v.thread_id = c.thread_id AND v.checkpoint_ns = c.checkpoint_ns
+              AND v.channel = ver.channel AND v.version = ver.version
+            LIMIT 1
+        ) AS v
+        WHERE %(known)s::jsonb ->> ver.channel IS DISTINCT FROM ver.version
+          AND NOT r.remembered  -- the reader has them all (_DIGEST)
+      UNION ALL
+        SELECT b.* FROM chain
+        CROSS JOIN LATERAL (
+            SELECT * FROM colosseum_channel_values b
+            WHERE b.thread_id = chain.thread_id AND b.checkpoint_ns = chain.checkpoint_ns
+              AND b.channel = chain.channel AND b.version = chain.base_version
+            LIMIT 1
+        ) AS b
+    ) CYCLE channel, version SET in_cycle USING visited  -- a corrupt, cyclic chain ends
+    -- as one JSON text, as the writes (_WRITES): [channel, version, base_version,
+    -- encoding, value as JSON text, value_bytes, value_type] per row
+    SELECT json_agg(json_build_array(
+               v.channel, v.version, v.base_version, v.encoding, v.value::text,
+               encode(v.value_bytes, 'hex'), v.value_type))::text AS value_rows
+    FROM chain AS v
+) cv ON true
+"""
+
 
 _TUPLE_COLUMNS = """
     c.thread_id, c.checkpoint_ns, c.checkpoint_id, c.parent_checkpoint_id,
-    CASE WHEN c.remembered THEN NULL ELSE c.checkpoint::text END,
-    CASE WHEN c.remembered THEN NULL ELSE c.metadata::text END,
-    w.writes, cv.value_rows, c.remembered, c.memo_digest
+    CASE WHEN r.remembered THEN NULL ELSE c.checkpoint::text END,
+    CASE WHEN r.remembered THEN NULL ELSE c.metadata::text END,
+    w.writes, cv.value_rows, r.remembered, d.memo_digest
 """
-
-# A checkpoint row with its digest and whether it is remembered (see above).
-_REMEMBERED_ROW = f"""c.*, d.memo_digest, d.memo_digest = %(memo)s::bytea AS remembered
-    FROM colosseum_checkpoints c CROSS JOIN LATERAL (SELECT {_DIGEST} AS memo_digest) AS d"""
 
 _GET_TUPLE_BY_ID = f"""
 SELECT {_TUPLE_COLUMNS}
 FROM (
-    SELECT {_REMEMBERED_ROW}
+    SELECT * FROM colosseum_checkpoints c
     WHERE c.thread_id = %(thread_id)s AND c.checkpoint_ns = %(checkpoint_ns)s
       AND c.checkpoint_id = %(checkpoint_id)s
 ) AS c
@@ -144,7 +150,7 @@ FROM (
 _GET_TUPLE_LATEST = f"""
 SELECT {_TUPLE_COLUMNS}
 FROM (
-    SELECT {_REMEMBERED_ROW}
+    SELECT * FROM colosseum_checkpoints c
     WHERE c.thread_id = %(thread_id)s AND c.checkpoint_ns = %(checkpoint_ns)s
     ORDER BY c.checkpoint_id DESC
     LIMIT 1
