@@ -1412,11 +1412,8 @@ GUARDS: list[Guard] = [
     Guard(
         name="read memo: the digest covers the checkpoint's document, not only its metadata",
         file="langgraph_colosseum/_core/sql.py",
-        original=(
-            "        length(c.checkpoint::text)::text || ',' || c.checkpoint::text || "
-            "c.metadata::text,\n"
-        ),
-        mutant="        c.metadata::text,\n",
+        original="        length(t.document)::text || ',' || t.document || t.metadata, 'UTF8'))",
+        mutant="        t.metadata, 'UTF8'))",
         tests=(
             f"{READ_MEMO}::test_a_checkpoint_rewritten_in_its_document_only_is_read_as_rewritten",
         ),

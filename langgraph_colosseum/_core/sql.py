@@ -77,15 +77,18 @@ _VERSIONS_OF_C = """CASE jsonb_typeof(c.checkpoint -> 'channel_versions')
 # the checkpoint does not. Value rows are taken as what their versions name,
 # as the bases are (`known`): a version names one value forever.
 _DIGEST = """sha256(convert_to(
-        length(c.checkpoint::text)::text || ',' || c.checkpoint::text || c.metadata::text,
-        'UTF8'))"""
+        length(t.document)::text || ',' || t.document || t.metadata, 'UTF8'))"""
 # Made in the joins, for the one checkpoint read, after the LIMIT that chose
 # it: inside the LIMIT a plan could make it for every row of the thread before
 # choosing (a generic plan at 5,000 checkpoints took 3-7 ms a read).
 
 _TUPLE_JOINS = f"""
 CROSS JOIN LATERAL (
-    SELECT {_DIGEST} AS memo_digest
+    -- the texts made once, for the digest and the reply (OFFSET 0: pulled up,
+    -- each was made again for each column naming it)
+    SELECT t.document, t.metadata, {_DIGEST} AS memo_digest
+    FROM (SELECT c.checkpoint::text AS document, c.metadata::text AS metadata OFFSET 0) AS t
+    OFFSET 0
 ) AS d
 CROSS JOIN LATERAL (
     SELECT d.memo_digest = %(memo)s::bytea AS remembered
@@ -125,8 +128,8 @@ LEFT JOIN LATERAL (
 
 _TUPLE_COLUMNS = """
     c.thread_id, c.checkpoint_ns, c.checkpoint_id, c.parent_checkpoint_id,
-    CASE WHEN r.remembered THEN NULL ELSE c.checkpoint::text END,
-    CASE WHEN r.remembered THEN NULL ELSE c.metadata::text END,
+    CASE WHEN r.remembered THEN NULL ELSE d.document END,
+    CASE WHEN r.remembered THEN NULL ELSE d.metadata END,
     w.writes, cv.value_rows, r.remembered, d.memo_digest
 """
 
