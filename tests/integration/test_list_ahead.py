@@ -87,8 +87,8 @@ async def test_every_page_reads_alike_through_asyncio(
         await differential_async(scenario, builder, saver, f"ahead-async-{builder.__name__}")
 
 
-def fill(saver: ColosseumSaver, thread_id: str, count: int) -> dict:
-    config = {"configurable": {"thread_id": thread_id, "checkpoint_ns": ""}}
+def counting(saver: Any, count: int) -> Iterator[tuple[dict, dict, dict]]:
+    """The puts of a thread of `count` checkpoints, each one int channel."""
     version = None
     for i in range(count):
         version = saver.get_next_version(version, None)
@@ -96,7 +96,13 @@ def fill(saver: ColosseumSaver, thread_id: str, count: int) -> dict:
         checkpoint["id"] = f"{i:08}"
         checkpoint["channel_values"] = {"counter": i}
         checkpoint["channel_versions"] = {"counter": version}
-        config = saver.put(config, checkpoint, {"step": i}, {"counter": version})
+        yield checkpoint, {"step": i}, {"counter": version}
+
+
+def fill(saver: ColosseumSaver, thread_id: str, count: int) -> dict:
+    config = {"configurable": {"thread_id": thread_id, "checkpoint_ns": ""}}
+    for checkpoint, metadata, versions in counting(saver, count):
+        config = saver.put(config, checkpoint, metadata, versions)
     return {"configurable": {"thread_id": thread_id}}
 
 
@@ -242,14 +248,8 @@ def test_a_paused_caller_holds_nothing_on_the_server(small_pages: None, pg_url: 
 
 async def afill(saver: AsyncColosseumSaver, thread_id: str, count: int) -> dict:
     config = {"configurable": {"thread_id": thread_id, "checkpoint_ns": ""}}
-    version = None
-    for i in range(count):
-        version = saver.get_next_version(version, None)
-        checkpoint = empty_checkpoint()
-        checkpoint["id"] = f"{i:08}"
-        checkpoint["channel_values"] = {"counter": i}
-        checkpoint["channel_versions"] = {"counter": version}
-        config = await saver.aput(config, checkpoint, {"step": i}, {"counter": version})
+    for checkpoint, metadata, versions in counting(saver, count):
+        config = await saver.aput(config, checkpoint, metadata, versions)
     return {"configurable": {"thread_id": thread_id}}
 
 
@@ -307,6 +307,25 @@ async def test_an_async_page_whose_connection_is_lost_while_read_ahead_is_read_a
         assert ids(items) == [f"{i:08}" for i in reversed(range(30))]
 
 
+async def list_cancelled(
+    saver: AsyncColosseumSaver, thread: dict, event: asyncio.Event, after: float = 0.0
+) -> None:
+    """An `alist` of `thread` taken to its end by a task, cancelled `after`
+    seconds once `event` is set."""
+    event.clear()
+
+    async def take_all() -> None:
+        async for _ in saver.alist(thread):
+            pass
+
+    task = asyncio.ensure_future(take_all())
+    await event.wait()
+    await asyncio.sleep(after)
+    task.cancel()
+    with pytest.raises(asyncio.CancelledError):
+        await task
+
+
 async def test_an_async_list_cancelled_while_it_sends_ahead_gives_back_its_connection(
     small_pages: None, pg_url: str, monkeypatch: pytest.MonkeyPatch
 ) -> None:
@@ -323,17 +342,7 @@ async def test_an_async_list_cancelled_while_it_sends_ahead_gives_back_its_conne
 
         monkeypatch.setattr(aio_module, "asend_ahead", slow_send)
         for _ in range(3):
-            sending.clear()
-
-            async def take_all() -> None:
-                async for _ in saver.alist(thread):
-                    pass
-
-            task = asyncio.ensure_future(take_all())
-            await sending.wait()
-            task.cancel()
-            with pytest.raises(asyncio.CancelledError):
-                await task
+            await list_cancelled(saver, thread, sending)
             assert await asyncio.to_thread(pool_is_whole, saver)
         monkeypatch.undo()
         assert len([item async for item in saver.alist(thread)]) == 30
@@ -358,18 +367,8 @@ async def test_an_async_list_cancelled_while_it_waits_for_a_page_read_ahead(
 
         monkeypatch.setattr(AsyncSentAhead, "read", slow_read)
         for _ in range(2):
-            reading.clear()
-
-            async def take_all() -> None:
-                async for _ in saver.alist(thread):
-                    pass
-
-            task = asyncio.ensure_future(take_all())
-            await reading.wait()
-            await asyncio.sleep(0.05)  # the caller is at its Collect by now
-            task.cancel()
-            with pytest.raises(asyncio.CancelledError):
-                await task
+            # the caller is at its Collect 0.05 s after the reply began to come
+            await list_cancelled(saver, thread, reading, after=0.05)
             assert await asyncio.to_thread(pool_is_whole, saver)
         stats = saver.conn.get_stats()
         assert stats.get("returns_bad", 0) == 0 and stats.get("connections_lost", 0) == 0

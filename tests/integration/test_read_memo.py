@@ -267,16 +267,24 @@ async def test_the_async_saver_remembers_alike(mode: str, pg_url: str) -> None:
     assert len(set(reads[:4])) == 1 and "'count': 7" in reads[0]
 
 
+def read_threads(
+    saver: ColosseumSaver, prefix: str, count: int, values: dict[str, Any], reads: int
+) -> None:
+    """`count` threads of one checkpoint each, each read `reads` times."""
+    for i in range(count):
+        config = {"configurable": {"thread_id": f"{prefix}-{i}", "checkpoint_ns": ""}}
+        written = checkpoint("1", values)
+        saver.put(config, written, {"step": 1}, written["channel_versions"])
+        for _ in range(reads):
+            saver.get_tuple(config)
+
+
 def test_checkpoints_read_once_are_bounded_too(pg_url: str) -> None:
     """Most heads are read once and only noted: the notes count against the bound."""
     truncate(pg_url)
     with ColosseumSaver.from_conn_string(pg_url, pool_size=1) as saver:
         saver._store.memo.max_bytes = 5_000
-        for i in range(100):
-            config = {"configurable": {"thread_id": f"once-{i}", "checkpoint_ns": ""}}
-            written = checkpoint("1", {"count": i})
-            saver.put(config, written, {"step": 1}, written["channel_versions"])
-            saver.get_tuple(config)
+        read_threads(saver, "once", 100, {"count": 1}, reads=1)
         entries = len(saver._store.memo._entries)
         assert 0 < entries < 100 and saver._store.memo._bytes <= 5_000
 
@@ -285,16 +293,7 @@ def test_what_the_memo_holds_is_bounded(pg_url: str) -> None:
     truncate(pg_url)
     with ColosseumSaver.from_conn_string(pg_url, pool_size=1) as saver:
         saver._store.memo.max_bytes = 2_000
-        for i in range(10):
-            config = {"configurable": {"thread_id": f"bounded-{i}", "checkpoint_ns": ""}}
-            saver.put(
-                config,
-                checkpoint("1", {"text": "x" * 300}),
-                {"source": "loop", "step": 1, "parents": {}},
-                checkpoint("1", {"text": "x" * 300})["channel_versions"],
-            )
-            for _ in range(READS_TO_REMEMBER):
-                saver.get_tuple(config)
+        read_threads(saver, "bounded", 10, {"text": "x" * 300}, reads=READS_TO_REMEMBER)
         assert 0 < saver._store.memo._bytes <= 2_000
         kept = [k for k, entry in saver._store.memo._entries.items() if type(entry) is Remembered]
         assert kept and ("bounded-9", "") in kept and ("bounded-0", "") not in kept
