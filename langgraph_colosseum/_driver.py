@@ -566,14 +566,29 @@ def _raise_or_return(outcome: Outcome) -> Any:
     return outcome.value
 
 
-class _Unread:
+class SentAhead:
     """A request sent on a connection and not yet read (io.Ahead): the
-    connection is its own, and its lock held, until it is read."""
+    connection is its own, and its lock held, until it is read (`read`, or
+    `aread` on an asyncio connection)."""
 
     def __init__(self, conn: Any, request: Request, statements: list[_Statement]) -> None:
         self.conn = conn
         self.batch = [(request, statements)]
         self.exchange = _lean_exchange(conn, request, statements)
+
+    def read(self) -> Any:
+        """The request's result, or its error; the connection is free after
+        (closed if its reply could not be read to the end)."""
+        replies: list[list[Any]] = []
+        with _on_the_wire(self.conn, release=True):
+            self.conn.wait(_read_all(self.conn.pgconn, 1, replies))
+        return self._result(replies)
+
+    async def aread(self) -> Any:
+        replies: list[list[Any]] = []
+        with _on_the_wire(self.conn, release=True):
+            await self.conn.wait(_read_all(self.conn.pgconn, 1, replies))
+        return self._result(replies)
 
     def _result(self, replies: list[list[Any]]) -> Any:
         outcomes: list[Outcome | None] = [None]
@@ -582,39 +597,26 @@ class _Unread:
             return _raise_or_return(outcomes[0])  # type: ignore[arg-type]
 
 
-class SentAhead(_Unread):
-    def read(self) -> Any:
-        """The request's result, or its error; the connection is free after
-        (closed if its reply could not be read to the end)."""
-        replies: list[list[Any]] = []
-        try:
-            with schema_errors():
-                self.conn.wait(_read_all(self.conn.pgconn, 1, replies))
-        except BaseException:
-            _abandon(self.conn)
-            raise
-        finally:
-            self.conn.lock.release()
-        return self._result(replies)
-
-
-class AsyncSentAhead(_Unread):
-    async def read(self) -> Any:
-        replies: list[list[Any]] = []
-        try:
-            with schema_errors():
-                await self.conn.wait(_read_all(self.conn.pgconn, 1, replies))
-        except BaseException:
-            _abandon(self.conn)
-            raise
-        finally:
-            self.conn.lock.release()
-        return self._result(replies)
+@contextmanager
+def _on_the_wire(conn: Any, *, release: bool) -> Iterator[None]:
+    """The I/O of a request sent ahead, its connection's lock held: a failure
+    (anything raised, a cancellation too) leaves replies unread, so the
+    connection is closed and its lock freed; `release`: freed after success too."""
+    try:
+        with schema_errors():
+            yield
+    except BaseException:
+        _abandon(conn)
+        conn.lock.release()
+        raise
+    if release:
+        conn.lock.release()
 
 
 class Deferred(NamedTuple):
     """An io.Ahead request the driver did not send (no pool, no idle
-    connection, not a lean request): performed when it is collected."""
+    connection, not a lean request, a send that failed): performed when it
+    is collected."""
 
     request: Request
 
@@ -626,33 +628,27 @@ def send_ahead(conn: psycopg.Connection, request: Request) -> SentAhead | None:
     if statements is None:
         return None
     conn.lock.acquire()
-    try:
-        if conn.pgconn.status == _BAD:
-            raise _closed()
-        sent = SentAhead(conn, request, statements)
+    with _on_the_wire(conn, release=False):
+        sent = _sent(conn, request, statements)
         conn.wait(_send_all(conn.pgconn, [sent.exchange.steps]))
-    except BaseException:
-        _abandon(conn)
-        conn.lock.release()
-        raise
     return sent
 
 
-async def asend_ahead(conn: psycopg.AsyncConnection, request: Request) -> AsyncSentAhead | None:
+async def asend_ahead(conn: psycopg.AsyncConnection, request: Request) -> SentAhead | None:
     statements = lean_statements(request) if _lean_ready(conn) else None
     if statements is None:
         return None
     await conn.lock.acquire()
-    try:
-        if conn.pgconn.status == _BAD:
-            raise _closed()
-        sent = AsyncSentAhead(conn, request, statements)
+    with _on_the_wire(conn, release=False):
+        sent = _sent(conn, request, statements)
         await conn.wait(_send_all(conn.pgconn, [sent.exchange.steps]))
-    except BaseException:
-        _abandon(conn)
-        conn.lock.release()
-        raise
     return sent
+
+
+def _sent(conn: Any, request: Request, statements: list[_Statement]) -> SentAhead:
+    if conn.pgconn.status == _BAD:
+        raise _closed()
+    return SentAhead(conn, request, statements)
 
 
 # _DEALLOCATED. Someone ran DEALLOCATE ALL or DISCARD ALL on the connection

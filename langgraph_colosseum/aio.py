@@ -36,8 +36,8 @@ from langgraph_colosseum._driver import (
     CONFLICTS,
     RETRIES_ON_BROKEN_CONNECTION,
     RETRIES_ON_CONFLICT,
-    AsyncSentAhead,
     Deferred,
+    SentAhead,
     aperform,
     aprobe,
     asend_ahead,
@@ -377,9 +377,9 @@ class AsyncReading(NamedTuple):
     task: asyncio.Future[Any]
 
 
-async def _read_and_give_back(pool: AsyncConnectionPool, sent: AsyncSentAhead) -> Any:
+async def _read_and_give_back(pool: AsyncConnectionPool, sent: SentAhead) -> Any:
     try:
-        return await sent.read()
+        return await sent.aread()
     finally:
         await pool.putconn(sent.conn)
 

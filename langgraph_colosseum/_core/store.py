@@ -570,9 +570,7 @@ class CheckpointStore:
             after, after_size = None, 0
             if len(next_rows) == next_size and (left is None or left > 0):
                 after_size = _page_size(sizes, left)
-                last = next_rows[-1]
-                cursor = (last[2], last[0], last[1])
-                after = self._list_page(where, params, order, cursor_sql, cursor, after_size)
+                after = self._list_page(where, params, order, cursor_sql, next_rows[-1], after_size)
             return _NextPage(next_rows, next_size, next_documents, fetch, after, after_size)
 
         if found is not None:
@@ -606,10 +604,8 @@ class CheckpointStore:
                 # limit might not have needed): read it now, then its values
                 # and the rows of the page after it, together.
                 next_size = _page_size(sizes, remaining)
-                last = rows[-1]
-                cursor = (last[2], last[0], last[1])
                 next_rows = yield self._list_page(
-                    where, params, order, cursor_sql, cursor, next_size
+                    where, params, order, cursor_sql, rows[-1], next_size
                 )
                 left = None if remaining is None else remaining - next_size
                 following = next_requests(next_rows, next_size, left)
@@ -632,15 +628,16 @@ class CheckpointStore:
         params: dict[str, Any],
         order: str,
         cursor_sql: str,
-        cursor: tuple[str, str, str] | None,
+        after: tuple | None,
         page_size: int,
     ) -> Query:
-        """The statement of one `list` page: `page_size` checkpoints after `cursor`."""
+        """The statement of one `list` page: `page_size` checkpoints after the
+        checkpoint row `after` (the last of the page before; None: the first)."""
         page_where = list(where)
         page_params = {**params, "page_size": page_size}
-        if cursor is not None:
+        if after is not None:
             page_where.append(cursor_sql)
-            page_params.update(cursor_id=cursor[0], cursor_thread=cursor[1], cursor_ns=cursor[2])
+            page_params.update(cursor_id=after[2], cursor_thread=after[0], cursor_ns=after[1])
         query = sql.LIST_PAGE.format(where=" AND ".join(page_where) or "true", order=order)
         return Query(query, page_params, prepare=True)
 

@@ -16,6 +16,8 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
+import subprocess
+import sys
 import threading
 import time
 from collections.abc import Iterator
@@ -29,7 +31,7 @@ from langgraph_colosseum import AsyncColosseumSaver, ColosseumSaver
 from langgraph_colosseum import aio as aio_module
 from langgraph_colosseum import saver as saver_module
 from langgraph_colosseum._core import store
-from langgraph_colosseum._driver import AsyncSentAhead, asend_ahead, send_ahead
+from langgraph_colosseum._driver import SentAhead, asend_ahead, send_ahead
 from tests.conftest import truncate
 from tests.integration.graphs import chat_graph, delta_graph, linear_graph
 from tests.integration.test_differential import (
@@ -198,6 +200,124 @@ def test_a_page_whose_connection_is_lost_while_read_ahead_is_read_again(
     assert pool_is_whole(paged)
 
 
+def test_a_saver_on_one_connection_reads_each_page_when_it_is_needed(
+    small_pages: None, pg_url: str, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """Nothing is sent ahead on a saver's only connection: the caller may use
+    the saver between items, and would wait for it."""
+    sent: list[Any] = []
+    monkeypatch.setattr(saver_module, "send_ahead", lambda *args: sent.append(args))
+    with psycopg.connect(pg_url, autocommit=True) as conn:
+        saver = ColosseumSaver(conn, page_size=PAGE_SIZE)
+        thread = fill(saver, "ahead-one-connection", 30)
+        seen = [
+            (item.checkpoint["id"], saver.get_tuple(thread) is not None)
+            for item in saver.list(thread)
+        ]
+    assert seen == [(f"{i:08}", True) for i in reversed(range(30))]
+    assert sent == []
+
+
+def test_a_page_is_read_at_once_when_no_thread_can_start_to_read_it(
+    paged: ColosseumSaver, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """An interpreter shutting down starts no thread: the reply sent ahead is
+    read where it was sent, and its connection goes back."""
+    thread = fill(paged, "ahead-no-thread", 30)
+
+    class NoThread(threading.Thread):
+        def start(self) -> None:
+            raise RuntimeError("can't create new thread at interpreter shutdown")
+
+    monkeypatch.setattr(saver_module.threading, "Thread", NoThread)
+    assert ids(paged.list(thread)) == [f"{i:08}" for i in reversed(range(30))]
+    assert pool_is_whole(paged)
+
+
+# A child process: lists until a page is sent ahead while its values are
+# locked (by a connection of its own, so the lock lasts until it exits), then
+# stops, closes its saver and returns from its main thread.
+_STUCK_CHILD = """
+import sys
+import psycopg
+from langgraph_colosseum import ColosseumSaver
+from langgraph_colosseum import saver as saver_module
+from langgraph_colosseum._core import store
+
+url, thread = sys.argv[1], {"configurable": {"thread_id": sys.argv[2]}}
+store.MAX_PAGE_SIZE = 3
+holder = psycopg.connect(url)
+send_ahead = saver_module.send_ahead
+
+def locked_then_sent(conn, request):
+    holder.execute("LOCK TABLE colosseum_channel_values IN ACCESS EXCLUSIVE MODE")
+    return send_ahead(conn, request)
+
+saver_module.send_ahead = locked_then_sent
+with ColosseumSaver.from_conn_string(url, pool_size=4, page_size=2) as saver:
+    items = saver.list(thread)
+    taken = [next(items) for _ in range(5)]  # into the third page: the fourth is ahead
+    del items
+print("returning", flush=True)
+"""
+
+
+def test_a_page_read_ahead_that_the_server_holds_up_does_not_keep_the_process(
+    paged: ColosseumSaver, pg_url: str
+) -> None:
+    fill(paged, "ahead-stuck", 30)
+    child = subprocess.run(
+        [sys.executable, "-c", _STUCK_CHILD, pg_url, "ahead-stuck"],
+        capture_output=True,
+        text=True,
+        timeout=60,
+    )
+    assert child.returncode == 0 and child.stdout.strip() == "returning", child.stderr
+
+
+# A child process: an AsyncColosseumSaver's blocking list taken from a worker
+# thread, which fails after an item; the unfinished list is dropped on the
+# loop's own thread, which must go on running.
+_DROPPED_ON_THE_LOOP = """
+import asyncio, sys
+from langgraph_colosseum import AsyncColosseumSaver
+from langgraph_colosseum._core import store
+
+url, thread = sys.argv[1], {"configurable": {"thread_id": sys.argv[2]}}
+store.MAX_PAGE_SIZE = 3
+
+def worker(saver):
+    items = saver.list(thread)
+    next(items)
+    raise ValueError("the worker failed after its first item")
+
+async def main():
+    async with AsyncColosseumSaver.from_conn_string(url, pool_size=4, page_size=2) as saver:
+        await saver.aget_tuple(thread)
+        try:
+            await asyncio.to_thread(worker, saver)
+        except ValueError:
+            pass
+        await asyncio.sleep(0.1)
+        print("loop still runs", flush=True)
+
+asyncio.run(main())
+"""
+
+
+def test_a_blocking_list_of_an_async_saver_dropped_on_its_loop_thread(
+    paged: ColosseumSaver, pg_url: str
+) -> None:
+    fill(paged, "ahead-dropped-on-loop", 30)
+    child = subprocess.run(
+        [sys.executable, "-c", _DROPPED_ON_THE_LOOP, pg_url, "ahead-dropped-on-loop"],
+        capture_output=True,
+        text=True,
+        timeout=60,
+    )
+    assert child.returncode == 0 and child.stdout.strip() == "loop still runs", child.stderr
+
+
 def test_a_list_interrupted_while_it_sends_ahead_gives_back_its_connection(
     paged: ColosseumSaver, monkeypatch: pytest.MonkeyPatch
 ) -> None:
@@ -358,14 +478,14 @@ async def test_an_async_list_cancelled_while_it_waits_for_a_page_read_ahead(
     ) as saver:
         thread = await afill(saver, "ahead-async-collecting", 30)
         reading = asyncio.Event()
-        read = AsyncSentAhead.read
+        read = SentAhead.aread
 
         async def slow_read(self: Any) -> Any:
             reading.set()
             await asyncio.sleep(0.3)  # a large reply still coming
             return await read(self)
 
-        monkeypatch.setattr(AsyncSentAhead, "read", slow_read)
+        monkeypatch.setattr(SentAhead, "aread", slow_read)
         for _ in range(2):
             # the caller is at its Collect 0.05 s after the reply began to come
             await list_cancelled(saver, thread, reading, after=0.05)

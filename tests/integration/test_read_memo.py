@@ -13,12 +13,14 @@ pending writes, and what it returns is the caller's own to change.
 
 from __future__ import annotations
 
+import uuid
 from collections.abc import Iterator
 from typing import Any
 
 import psycopg
 import pytest
 from langgraph.checkpoint.base import empty_checkpoint
+from psycopg import conninfo
 
 from langgraph_colosseum import AsyncColosseumSaver, ColosseumSaver
 from langgraph_colosseum._core.bases import Remembered
@@ -90,11 +92,11 @@ def other(mode: str, pg_url: str) -> Iterator[ColosseumSaver]:
         yield saver
 
 
-@pytest.fixture
-def documents_sent(memo_saver: ColosseumSaver) -> list[str | None]:
-    """The checkpoint document column of each GET_TUPLE row Postgres sent."""
+def documents_sent_by(saver: ColosseumSaver) -> list[str | None]:
+    """The checkpoint document column of each GET_TUPLE row Postgres sends
+    `saver` from now on (None: left out, the reader remembers it)."""
     sent: list[str | None] = []
-    perform = memo_saver._perform
+    perform = saver._perform
 
     def recording(request: Any) -> Any:
         result = perform(request)
@@ -102,8 +104,13 @@ def documents_sent(memo_saver: ColosseumSaver) -> list[str | None]:
             sent.extend(row[5] for row in result[-1])  # after `deleted`: id, ns, ..., document
         return result
 
-    memo_saver._perform = recording  # type: ignore[method-assign]
+    saver._perform = recording  # type: ignore[method-assign]
     return sent
+
+
+@pytest.fixture
+def documents_sent(memo_saver: ColosseumSaver) -> list[str | None]:
+    return documents_sent_by(memo_saver)
 
 
 def test_a_head_read_again_is_decoded_once_and_read_as_a_fresh_saver_reads_it(
@@ -200,6 +207,32 @@ def test_a_checkpoint_that_took_the_place_of_the_remembered_one_is_read_as_itsel
     assert found.checkpoint["id"] == f"{2:08}"
     assert found.checkpoint["channel_values"] == {"secret": "value of 2"}
     assert repr(found) == fresh_read(pg_url)
+
+
+def test_a_head_is_remembered_whatever_the_database_encoding(pg_url: str) -> None:
+    """Postgres makes the digest it compares (a reader's own digest of the
+    texts it got never matched on EUC_JP characters whose conversions to
+    UTF-8 differ between the server and Python, such as '〜')."""
+    admin_url = conninfo.make_conninfo(pg_url, dbname="postgres")
+    name = f"colosseum_eucjp_{uuid.uuid4().hex[:10]}"
+    with psycopg.connect(admin_url, autocommit=True) as admin:
+        admin.execute(
+            f"CREATE DATABASE \"{name}\" ENCODING 'EUC_JP' LC_COLLATE 'C' LC_CTYPE 'C' "
+            "TEMPLATE template0"
+        )
+    try:
+        url = conninfo.make_conninfo(pg_url, dbname=name)
+        with ColosseumSaver.from_conn_string(url, pool_size=1) as saver:
+            saver.setup()
+            written = checkpoint("1", {"note": "〜 ‖ − ¢ あ"})
+            saver.put(CONFIG, written, {"note": "〜"}, written["channel_versions"])
+            sent = documents_sent_by(saver)
+            reads = [repr(saver.get_tuple(CONFIG)) for _ in range(READS_TO_REMEMBER + 1)]
+            assert len(set(reads)) == 1 and "〜 ‖ − ¢ あ" in reads[0]
+            assert [text is None for text in sent] == [False, False, True]
+    finally:
+        with psycopg.connect(admin_url, autocommit=True) as admin:
+            admin.execute(f'DROP DATABASE IF EXISTS "{name}" WITH (FORCE)')
 
 
 def test_a_deleted_thread_read_again_is_gone(
