@@ -234,6 +234,15 @@ def test_a_page_is_read_at_once_when_no_thread_can_start_to_read_it(
     assert pool_is_whole(paged)
 
 
+def child_says(script: str, *args: str) -> str:
+    """What a Python child running `script` with `args` printed; it must end, well, within 60 s."""
+    child = subprocess.run(
+        [sys.executable, "-c", script, *args], capture_output=True, text=True, timeout=60
+    )
+    assert child.returncode == 0, child.stderr
+    return child.stdout.strip()
+
+
 # A child process: lists until a page is sent ahead while its values are
 # locked (by a connection of its own, so the lock lasts until it exits), then
 # stops, closes its saver and returns from its main thread.
@@ -266,13 +275,7 @@ def test_a_page_read_ahead_that_the_server_holds_up_does_not_keep_the_process(
     paged: ColosseumSaver, pg_url: str
 ) -> None:
     fill(paged, "ahead-stuck", 30)
-    child = subprocess.run(
-        [sys.executable, "-c", _STUCK_CHILD, pg_url, "ahead-stuck"],
-        capture_output=True,
-        text=True,
-        timeout=60,
-    )
-    assert child.returncode == 0 and child.stdout.strip() == "returning", child.stderr
+    assert child_says(_STUCK_CHILD, pg_url, "ahead-stuck") == "returning"
 
 
 # A child process: an AsyncColosseumSaver's blocking list taken from a worker
@@ -309,13 +312,7 @@ def test_a_blocking_list_of_an_async_saver_dropped_on_its_loop_thread(
     paged: ColosseumSaver, pg_url: str
 ) -> None:
     fill(paged, "ahead-dropped-on-loop", 30)
-    child = subprocess.run(
-        [sys.executable, "-c", _DROPPED_ON_THE_LOOP, pg_url, "ahead-dropped-on-loop"],
-        capture_output=True,
-        text=True,
-        timeout=60,
-    )
-    assert child.returncode == 0 and child.stdout.strip() == "loop still runs", child.stderr
+    assert child_says(_DROPPED_ON_THE_LOOP, pg_url, "ahead-dropped-on-loop") == "loop still runs"
 
 
 def test_a_list_interrupted_while_it_sends_ahead_gives_back_its_connection(
