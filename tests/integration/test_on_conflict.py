@@ -204,9 +204,13 @@ def test_both_send_new_input_the_loser_is_refused_at_its_put(
         thread.assert_head_is_postgres(saver)
 
 
-def test_both_resume_the_same_interrupt_the_loser_is_refused_at_its_put_writes(
+def test_both_resume_the_same_interrupt_the_loser_is_refused(
     workers: tuple[Worker, Worker], mode: str, pg_url: str
 ) -> None:
+    """The loser's first refused write is its resume value's put_writes, or,
+    when that background write reaches Postgres after the step's own (LangGraph
+    sends both from threads of its own: seen once in a CI run), its put; both
+    continue from the head both read, and nothing of the loser is kept."""
     thread = Thread(pg_url, mode)
     with thread.saver() as saver:
         graph = conflict_worker.ask_graph(saver)
@@ -218,7 +222,7 @@ def test_both_resume_the_same_interrupt_the_loser_is_refused_at_its_put_writes(
             for name in "AB"
         ))  # fmt: skip
         winner, loser = one_winner(done)
-        assert loser["operation"] == "put_writes" and loser["continued_from"] == head
+        assert loser["operation"] in ("put_writes", "put") and loser["continued_from"] == head
         assert loser["kept_checkpoint_id"] is None
         won, lost = (markers[event["id"][0]] for event in (winner, loser))
         state = graph.get_state(thread.config)
