@@ -7,7 +7,8 @@ Commands:
 * ``{"cmd": "invoke", "id": ..., "url": ..., "redis": [url, prefix] | null,
   "graph": "chat" | "ask" | "pay", "tool_node": "idempotent" | "plain",
   "thread": ..., "input": {...} | null, "resume": value (optional),
-  "gate_read": bool, "gate_writes": bool, "gate_put": bool, "watch_put": bool}``: in a thread of its own, invoke the
+  "gate_read": bool, "gate_writes": bool, "gate_put": bool, "watch_put": bool,
+  "watch_resume": bool}``: in a thread of its own, invoke the
   graph (`resume`: with ``Command(resume=...)``). With "gate_read", once the run
   has read the thread's latest checkpoint it prints ``{"event": "read", "id":
   ..., "head": checkpoint id}`` and waits until ``read:<id>`` is opened; with
@@ -17,7 +18,8 @@ Commands:
   at "writes" is stored or refused: ``{"event": "written", "id": ...,
   "outcome": "stored" | "refused"}``. With "watch_put", the
   outcome of its first put is printed: ``{"event": "first-put", "id": ...,
-  "outcome": "stored" | "refused"}``.
+  "outcome": "stored" | "refused"}``; with "watch_resume", that of its resume
+  value's put_writes: ``{"event": "resume-written", "id": ..., "outcome": ...}``.
   Prints ``{"event": "done", "id": ..., "outcome": "success" | <exception
   class>, "operation": ..., "continued_from": ..., "head": ...,
   "kept_checkpoint_id": ...}`` (the last four from a ThreadConflictError).
@@ -49,6 +51,7 @@ from langgraph_colosseum import ColosseumSaver, IdempotentToolNode, ThreadConfli
 
 GATE_SECONDS = 60
 SIDE_EFFECTS = "conflict_test_side_effects"  # one row per call of the `pay` tool
+RESUME = "__resume__"  # the channel of a resume value (LangGraph keeps its constant private)
 
 
 class Chat(TypedDict):
@@ -167,6 +170,7 @@ class GatedSaver(ColosseumSaver):
         super().__init__(*args, **kwargs)
         self.stops: dict[str, str | None] = {"read": None, "writes": None, "put": None}
         self.watched: str | None = None  # the run whose first put's outcome is told
+        self.resume_watched: str | None = None  # the run whose resume write's outcome is told
         self._stops_lock = threading.Lock()
 
     def _stop(self, kind: str, **details: Any) -> str | None:
@@ -207,19 +211,26 @@ class GatedSaver(ColosseumSaver):
         return stored
 
     def put_writes(self, config: Any, writes: Any, task_id: str, task_path: str = "") -> None:
-        stopped = None
+        stopped = watched = None
         if any(not channel.startswith("__") for channel, _ in writes):
             stopped = self._stop("writes")
+        if any(channel == RESUME for channel, _ in writes):
+            with self._stops_lock:
+                watched, self.resume_watched = self.resume_watched, None
         try:
             super().put_writes(config, writes, task_id, task_path)
         except ThreadConflictError:
             if stopped:  # the stopped write's outcome, once it has one
                 say(event="written", id=stopped, outcome="refused")
                 gate(f"at:written:{stopped}").set()
+            if watched:
+                say(event="resume-written", id=watched, outcome="refused")
             raise
         if stopped:
             say(event="written", id=stopped, outcome="stored")
             gate(f"at:written:{stopped}").set()
+        if watched:
+            say(event="resume-written", id=watched, outcome="stored")
 
 
 def saver_for(url: str, cache: list[str] | None) -> Any:
@@ -242,6 +253,7 @@ def run(saver: GatedSaver, command: dict) -> dict:
             saver.stops["writes"] = command["id"] if command.get("gate_writes") else None
             saver.stops["put"] = command["id"] if command.get("gate_put") else None
             saver.watched = command["id"] if command.get("watch_put") else None
+            saver.resume_watched = command["id"] if command.get("watch_resume") else None
         config = {"configurable": {"thread_id": command["thread"]}}
         payload = Command(resume=command["resume"]) if "resume" in command else command["input"]
         graph.invoke(payload, config, durability="sync")

@@ -138,16 +138,24 @@ class Thread:
 
 
 def race(
-    workers: tuple[Worker, Worker], commands: tuple[dict, dict], *, puts_first: bool = False
+    workers: tuple[Worker, Worker],
+    commands: tuple[dict, dict],
+    *,
+    puts_first: bool = False,
+    resumes_first: bool = False,
 ) -> list[dict]:
     """Both runs read the head, then both go on at once; their "done" events.
 
     `puts_first`: their first node writes wait until both first puts are
     decided. LangGraph sends the input checkpoint's put in the background and
     runs the first step meanwhile, so the loser's node writes could otherwise
-    reach the head lock before its put (and be the write refused)."""
+    reach the head lock before its put (and be the write refused).
+    `resumes_first`: likewise, their first puts wait until both resume values'
+    put_writes are decided (LangGraph sends those from a thread of its own too,
+    and the step's put could otherwise reach the head lock first)."""
     for worker, command in zip(workers, commands):
-        worker.send(**command, gate_read=True, gate_writes=puts_first, watch_put=puts_first)
+        worker.send(**command, gate_read=True, gate_writes=puts_first, watch_put=puts_first,
+                    gate_put=resumes_first, watch_resume=resumes_first)  # fmt: skip
     heads = {
         worker.expect(event="read", id=c["id"])["head"] for worker, c in zip(workers, commands)
     }
@@ -161,6 +169,14 @@ def race(
         assert sorted(p["outcome"] for p in puts) == ["refused", "stored"], puts
         for worker, command in zip(workers, commands):
             worker.send(cmd="open", name=f"writes:{command['id']}")
+    if resumes_first:
+        resumes = [
+            worker.expect(event="resume-written", id=c["id"])
+            for worker, c in zip(workers, commands)
+        ]
+        assert sorted(r["outcome"] for r in resumes) == ["refused", "stored"], resumes
+        for worker, command in zip(workers, commands):
+            worker.send(cmd="open", name=f"put:{command['id']}")
     return [worker.expect(event="done", id=c["id"]) for worker, c in zip(workers, commands)]
 
 
@@ -204,13 +220,14 @@ def test_both_send_new_input_the_loser_is_refused_at_its_put(
         thread.assert_head_is_postgres(saver)
 
 
-def test_both_resume_the_same_interrupt_the_loser_is_refused(
+def test_both_resume_the_same_interrupt_the_loser_is_refused_at_its_put_writes(
     workers: tuple[Worker, Worker], mode: str, pg_url: str
 ) -> None:
-    """The loser's first refused write is its resume value's put_writes, or,
-    when that background write reaches Postgres after the step's own (LangGraph
-    sends both from threads of its own: seen once in a CI run), its put; both
-    continue from the head both read, and nothing of the loser is kept."""
+    """The loser's first refused write is its resume value's put_writes (the
+    steps' puts wait until both resume writes are decided: LangGraph sends
+    them from threads of its own, and a CI run once saw the loser's put land
+    first); both continue from the head both read, and nothing of the loser
+    is kept."""
     thread = Thread(pg_url, mode)
     with thread.saver() as saver:
         graph = conflict_worker.ask_graph(saver)
@@ -220,9 +237,9 @@ def test_both_resume_the_same_interrupt_the_loser_is_refused(
         done = race(workers, tuple(
             thread.command(f"{name}-{markers[name]}", "ask", resume=markers[name])
             for name in "AB"
-        ))  # fmt: skip
+        ), resumes_first=True)  # fmt: skip
         winner, loser = one_winner(done)
-        assert loser["operation"] in ("put_writes", "put") and loser["continued_from"] == head
+        assert loser["operation"] == "put_writes" and loser["continued_from"] == head
         assert loser["kept_checkpoint_id"] is None
         won, lost = (markers[event["id"][0]] for event in (winner, loser))
         state = graph.get_state(thread.config)
