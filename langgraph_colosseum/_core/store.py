@@ -2157,7 +2157,7 @@ class CheckpointStore:
             if type(version) not in _VERSION_TYPES:
                 raise CodecError("channel_versions is not an object of channel -> version")
         recorded_keys = raw.pop(_KEY_ORDER, None)
-        channels = _recorded_channel_order(raw.pop(_CHANNEL_ORDER, None), list(versions))
+        channel_order = raw.pop(_CHANNEL_ORDER, None)
         if type(recorded_keys) is dict:  # with the checkpoint's keys named as ours
             own = recorded_keys.get("own")
             if type(own) is not dict or not own or not own.keys() <= _RESERVED:
@@ -2170,11 +2170,20 @@ class CheckpointStore:
         rest = self.codec.registry.decode(raw) if _TAG_TEXT in text else raw
         if type(rest) is not dict:
             raise CodecError("the checkpoint is not a plain object")
-        rest["channel_versions"] = {channel: versions[channel] for channel in channels}
+        if channel_order is None:  # jsonb's order is the channels' own (a fresh parse)
+            rest["channel_versions"] = versions
+        else:
+            channels = _recorded_channel_order(channel_order, list(versions))
+            rest["channel_versions"] = {channel: versions[channel] for channel in channels}
         if recorded_keys is None or type(recorded_keys) is int:
             keys = _key_order(recorded_keys, tuple(rest))
-        elif type(recorded_keys) is list and all(type(key) is str for key in recorded_keys):
-            keys = _key_order(tuple(recorded_keys), tuple(rest))
+        elif type(recorded_keys) is list:
+            # `_key_order` checks the names once per key set (an exception is
+            # not cached); an item no tuple can hash is no name either.
+            try:
+                keys = _key_order(tuple(recorded_keys), tuple(rest))
+            except TypeError:
+                raise CodecError("a recorded key order does not name the object's keys") from None
         else:
             keys = _recorded_order(recorded_keys, _checkpoint_key_order(list(rest)))
         return {key: rest[key] for key in keys}

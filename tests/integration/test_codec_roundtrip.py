@@ -485,6 +485,47 @@ def test_checkpoint_key_order_is_recorded_once_and_old_rows_read_alike(
     assert repr(saver.get_tuple(configs[0]).checkpoint) == want[0]
 
 
+@pytest.mark.parametrize("item", ["1", "null", "[\"v\"]", "{\"v\": 1}"])
+def test_a_recorded_key_order_naming_a_non_string_is_a_corrupt_row(
+    pg_url: str, item: str
+) -> None:
+    """A checkpoint's key order recorded by names (a tampered row's) that holds
+    an item which is no name, hashable or not, is a corrupt row that names the
+    checkpoint, in get_tuple and list alike, each time it is read (the orders
+    checked once are remembered, a refused one never); the row stays as it is."""
+    truncate(pg_url)
+    config = {"configurable": {"thread_id": "tampered-order", "checkpoint_ns": ""}}
+    checkpoint = {"extra": 1, **empty_checkpoint()}  # an order of its own: recorded by names
+    checkpoint["channel_values"] = {"a": 1}
+    with ColosseumSaver.from_conn_string(pg_url) as saver:
+        checkpoint["channel_versions"] = {"a": saver.get_next_version(None, None)}
+        stored = saver.put(config, checkpoint, {"step": -1}, dict(checkpoint["channel_versions"]))
+        with psycopg.connect(pg_url, autocommit=True) as conn:
+            names = conn.execute(
+                "SELECT checkpoint -> '$key_order' FROM colosseum_checkpoints "
+                "WHERE thread_id = 'tampered-order'"
+            ).fetchone()[0]
+            assert type(names) is list and names[0] == "extra"
+            tampered = json.dumps(names[:-1])[:-1] + ", " + item + "]"
+            conn.execute(
+                "UPDATE colosseum_checkpoints SET checkpoint = jsonb_set(checkpoint, "
+                "'{$key_order}', %s::jsonb) WHERE thread_id = 'tampered-order'",
+                [tampered],
+            )
+        for _ in range(2):
+            with pytest.raises(CorruptRowError, match="key order") as raised:
+                saver.get_tuple(stored)
+            assert stored["configurable"]["checkpoint_id"] in str(raised.value)
+            with pytest.raises(CorruptRowError, match="key order"):
+                list(saver.list(config))
+    with psycopg.connect(pg_url) as conn:
+        (kept,) = conn.execute(
+            "SELECT checkpoint -> '$key_order' FROM colosseum_checkpoints "
+            "WHERE thread_id = 'tampered-order'"
+        ).fetchone()
+    assert json.dumps(kept) == json.dumps(json.loads(tampered))
+
+
 def test_a_channel_order_recorded_by_place_reads_alike(pg_url: str) -> None:
     """Channels not in jsonb's order have their order recorded by name (what
     this release writes). A row that records it as where each channel stands
