@@ -2170,11 +2170,8 @@ class CheckpointStore:
         rest = self.codec.registry.decode(raw) if _TAG_TEXT in text else raw
         if type(rest) is not dict:
             raise CodecError("the checkpoint is not a plain object")
-        if channel_order is None:  # jsonb's order is the channels' own (a fresh parse)
-            rest["channel_versions"] = versions
-        else:
-            channels = _recorded_channel_order(channel_order, list(versions))
-            rest["channel_versions"] = {channel: versions[channel] for channel in channels}
+        channels = _recorded_channel_order(channel_order, list(versions))
+        rest["channel_versions"] = {channel: versions[channel] for channel in channels}
         if recorded_keys is None or type(recorded_keys) is int:
             keys = _key_order(recorded_keys, tuple(rest))
         elif type(recorded_keys) is list:
