@@ -7,11 +7,12 @@ checkout and return, and the event loop's wait for the socket. A request whose
 statements are all hot (`Query.prepare` True: put, put_writes, get_tuple, list
 pages) is queued here instead; a task takes a connection from the pool and,
 once it has one, sends every request queued by then in one pipeline, each
-request followed by its own Sync. Each request therefore stays its own implicit
-transaction, as on a connection of its own (_driver._IMPLICIT_TRANSACTION): an
-error aborts only that request's statements, and its commit does not wait for
-the others'. Requests that arrive while a connection is awaited join that
-batch; those that arrive once it is being sent start the next one.
+request followed by its own Sync: its own implicit transaction, as on a
+connection of its own (_driver._IMPLICIT_TRANSACTION). The writes among them
+that allow it commit as one transaction instead (_driver._SHARED_COMMIT),
+which sends each again alone if any of them fails. Requests that arrive while
+a connection is awaited join that batch; those that arrive once it is being
+sent start the next one.
 
 What each request sees is unchanged: its rows, or the exception its own
 statements raised; the driver's retries (conflicts, a lost connection) work on

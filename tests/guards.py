@@ -59,6 +59,7 @@ RETENTION = "tests/integration/test_retention.py"
 RUNS_LOCK_ORDER = "tests/integration/test_runs_lock_order.py"
 READ_MEMO = "tests/integration/test_read_memo.py"
 LIST_AHEAD = "tests/integration/test_list_ahead.py"
+SHARED_COMMIT = "tests/integration/test_shared_commit.py"
 LAPSED_PAGES = (
     "tests/integration/test_threads.py"
     "::test_search_and_count_read_each_row_as_its_lease_says_on_every_page[postgres]"
@@ -1497,6 +1498,51 @@ GUARDS: list[Guard] = [
         original="        if cls is Collect:  # the reply of a request sent ahead: its round trip\n",
         mutant="        if False:\n",
         tests=(f"{LIST_AHEAD}::test_telemetry_counts_the_pages_read_ahead",),
+    ),
+    Guard(
+        name="shared commit: the writes' locks are all taken before any of them runs",
+        file="langgraph_colosseum/_core/sql.py",
+        original="SELECT pg_advisory_xact_lock_shared(keys.class, keys.h)",
+        mutant="SELECT keys.class, keys.h",
+        tests=(
+            f"{SHARED_COMMIT}::test_a_delete_of_several_threads_never_waits_in_a_cycle_with_writes_of_them",
+        ),
+    ),
+    Guard(
+        name="shared commit: the writes' locks are taken in the order a delete takes its own",
+        file="langgraph_colosseum/_core/sql.py",
+        original="ORDER BY keys.class, keys.h\n",
+        mutant="ORDER BY keys.class, keys.h DESC\n",
+        tests=(
+            f"{SHARED_COMMIT}::test_the_write_locks_of_a_shared_transaction_are_taken_in_a_deletes_order",
+        ),
+    ),
+    Guard(
+        name="shared commit: the writes run in the order of their threads",
+        file="langgraph_colosseum/_driver.py",
+        original="    together.sort(key=lambda k: locks[k][0])  # type: ignore[index]\n",
+        mutant="\n",
+        tests=(
+            f"{SHARED_COMMIT}::test_two_shared_transactions_lock_the_rows_they_share_in_one_order",
+        ),
+    ),
+    Guard(
+        name="shared commit: a write's result is never one of a transaction that failed",
+        file="langgraph_colosseum/_driver.py",
+        original="if not failed and start == len(results):",
+        mutant="if start == len(results):",
+        tests=(
+            f"{SHARED_COMMIT}::test_a_write_that_fails_fails_alone_and_its_neighbours_are_stored",
+        ),
+    ),
+    Guard(
+        name="shared commit: statements a DEALLOCATE ALL dropped are prepared again",
+        file="langgraph_colosseum/_driver.py",
+        original="        shared.locks.session.prepared.clear()  # see _DEALLOCATED\n",
+        mutant="        pass\n",
+        tests=(
+            f"{SHARED_COMMIT}::test_writes_sent_together_after_deallocate_all_prepare_again_and_are_stored",
+        ),
     ),
 ]
 

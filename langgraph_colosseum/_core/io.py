@@ -41,6 +41,11 @@ class Query(NamedTuple):
 
 class Transaction(NamedTuple):
     queries: tuple[Query, ...]
+    # A write whose first statement takes the shared write locks of one thread
+    # (and its run, sql.WRITE_LOCK), and whose other statements lock only rows
+    # of that thread: (thread_id, run_id). A driver may commit such writes, sent
+    # in one round trip, as one transaction (_driver._SHARED_COMMIT).
+    shared_write_lock: tuple[str, str | None] | None = None
 
 
 class Emit(NamedTuple):

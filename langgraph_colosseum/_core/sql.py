@@ -357,6 +357,21 @@ WRITE_LOCK_ON_CONFLICT = (
        pg_advisory_xact_lock({HEAD_LOCK_CLASS}, hashtext(%(thread_id)s))
 """
 )
+# The write locks of several writes committed as one transaction (see
+# _driver._SHARED_COMMIT), taken before any of them runs, threads first, then
+# runs, each class in the order of its keys: the order DELETE_LOCK and
+# RUNS_LOCK take theirs, so a delete of several threads and such a
+# transaction never each hold a lock the other waits for. Each write's own
+# WRITE_LOCK then finds its locks held.
+SHARED_WRITE_LOCKS = f"""
+SELECT pg_advisory_xact_lock_shared(keys.class, keys.h)
+FROM (SELECT {THREAD_LOCK_CLASS} AS class, hashtext(t) AS h
+      FROM unnest(%(thread_ids)b::text[]) AS t
+      UNION
+      SELECT {RUN_LOCK_CLASS}, hashtext(r) FROM unnest(%(run_ids)b::text[]) AS r
+      WHERE r IS NOT NULL) AS keys
+ORDER BY keys.class, keys.h
+"""
 RUNS_LOCK = f"""
 SELECT pg_advisory_xact_lock({RUN_LOCK_CLASS}, h)
 FROM (SELECT DISTINCT hashtext(r) AS h FROM unnest(%(run_ids)b::text[]) AS r) AS keys

@@ -1110,8 +1110,13 @@ class CheckpointStore:
             fetch=False,
             prepare=True,  # parsed and planned afresh, it cost 8% of a put's backend CPU
         )
+        # on_conflict="raise" takes the thread's head lock, exclusive: such a
+        # write commits alone, so that no transaction holds two of them.
+        shared = None if self.on_conflict else (lock_params["thread_id"], lock_params["run_id"])
         try:
-            results = yield Transaction((lock, Query(statement, params, prepare=True)))
+            results = yield Transaction(
+                (lock, Query(statement, params, prepare=True)), shared_write_lock=shared
+            )
         finally:
             if run is not None:
                 run.end()
