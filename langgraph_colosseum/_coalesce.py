@@ -38,7 +38,9 @@ trip is read to the end and the connection goes back clean (the request may
 have been applied, as a request cancelled after its commit always could be).
 Only hot statements are coalesced: they are short, so one that waits on a lock
 (a delete of its thread) holds the others up only as long as it would have
-held its own connection.
+held its own connection. Writes committed together hold each other's locks
+while one of them waits, for at most _driver.SHARED_LOCK_TIMEOUT: then each
+is sent alone, and waits for its own locks only.
 """
 
 from __future__ import annotations

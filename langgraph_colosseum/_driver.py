@@ -41,7 +41,7 @@ from psycopg.waiting import Ready, Wait
 # Imported for its effect: psycopg dumps the typed array parameters of
 # _core/arrays.py with it (registered once, for every connection).
 from langgraph_colosseum import _arrays  # noqa: F401
-from langgraph_colosseum._core import sql
+from langgraph_colosseum._core import io, sql
 from langgraph_colosseum._core.arrays import TextArray
 from langgraph_colosseum._core.io import Query, Request, Transaction
 from langgraph_colosseum._redact import redact
@@ -217,7 +217,18 @@ def conflict_pause(conflicts: int) -> float:
 # are taken in the order a delete of several threads takes its own, and the
 # rows in the order of their threads, so two such transactions, or one and a
 # delete, never each hold what the other waits for
-# (tests/integration/test_shared_commit.py).
+# (tests/integration/test_shared_commit.py). And a lock they wait for is
+# waited for at most SHARED_LOCK_TIMEOUT.
+
+# How long a shared transaction may wait for any one lock (SET LOCAL
+# lock_timeout). Each of its writes holds its thread's locks until the one
+# commit, so a wait of one (for a row a slow transaction holds, for a delete
+# of its thread) would hold up the writes, deletes and guards of the other
+# threads; and a statement that locks rows of several threads in an order of
+# its own (threads.CLEAR_EXPIRY, a user's UPDATE) could wait for them round a
+# cycle. Past it the transaction fails, and each write is sent again alone,
+# to wait for its own locks as long as it must.
+SHARED_LOCK_TIMEOUT = "50ms"
 _PLACEHOLDER = re.compile(r"%\((.*?)\)([sbt])|%%|%")
 _PLACEHOLDER_FORMATS = {"s": PyFormat.AUTO, "b": PyFormat.BINARY, "t": PyFormat.TEXT}
 _PIPELINE_SYNC = pq.ExecStatus.PIPELINE_SYNC
@@ -503,6 +514,7 @@ def _lean_begin(
         {
             "thread_ids": TextArray(locks[k][0] for k in together),  # type: ignore[index]
             "run_ids": TextArray(locks[k][1] for k in together),  # type: ignore[index]
+            "lock_timeout": SHARED_LOCK_TIMEOUT,
         },
         fetch=False,
         prepare=True,
@@ -583,6 +595,9 @@ def _lean_end(
         if split is None:
             again, indices = indices[: shared.size], indices[shared.size :]
             exchanges, replies = exchanges[shared.size :], replies[1:]
+            if io.observer is not None:
+                for _ in again:
+                    io.observer.retried("shared_commit")
         else:
             replies = split + replies[1:]
     for index, exchange, results in zip(indices, exchanges, replies):

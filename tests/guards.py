@@ -470,7 +470,7 @@ GUARDS: list[Guard] = [
     Guard(
         name="thread status: 'busy' only while the guard's lease is live",
         file="langgraph_colosseum/_core/sql.py",
-        original="            WHEN t.status = 'busy' AND t.run_lease_until > now() THEN 'busy'\n",
+        original="            WHEN t.status = 'busy' AND t.run_lease_until > statement_timestamp() THEN 'busy'\n",
         mutant="            WHEN t.status = 'busy' THEN 'busy'\n",
         tests=(
             "tests/integration/test_fencing.py::test_status_follows_runs_after_a_dead_holder[postgres]",
@@ -1542,6 +1542,33 @@ GUARDS: list[Guard] = [
         mutant="        pass\n",
         tests=(
             f"{SHARED_COMMIT}::test_writes_sent_together_after_deallocate_all_prepare_again_and_are_stored",
+        ),
+    ),
+    Guard(
+        name="shared commit: no lock is waited for longer than SHARED_LOCK_TIMEOUT",
+        file="langgraph_colosseum/_core/sql.py",
+        original="FROM (SELECT set_config('lock_timeout', %(lock_timeout)s, true)) AS bounded,",
+        mutant="FROM (SELECT 1) AS bounded,",
+        tests=(
+            f"{SHARED_COMMIT}::test_a_shared_transaction_waiting_for_one_thread_holds_up_no_other_thread",
+        ),
+    ),
+    Guard(
+        name="run_guard: taking a thread waits for the writes that passed its fence",
+        file="langgraph_colosseum/_core/threads.py",
+        original="        _, rows = yield Transaction((lock, Query(ACQUIRE, params)))\n",
+        mutant="        rows = yield Query(ACQUIRE, params)\n",
+        tests=(
+            f"{SHARED_COMMIT}::test_a_guard_taken_while_a_write_is_in_flight_waits_for_its_commit",
+        ),
+    ),
+    Guard(
+        name="fence: a lease is judged at the write's statement, not its transaction's start",
+        file="langgraph_colosseum/_core/sql.py",
+        original="    WHERE (run_owner IS NOT NULL AND run_lease_until > statement_timestamp()\n",
+        mutant="    WHERE (run_owner IS NOT NULL AND run_lease_until > now()\n",
+        tests=(
+            f"{SHARED_COMMIT}::test_a_lease_is_judged_at_the_time_of_the_write_not_of_its_lock_wait",
         ),
     ),
 ]

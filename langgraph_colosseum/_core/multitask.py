@@ -49,7 +49,7 @@ from typing import Any, Literal
 
 from langgraph_colosseum._core.io import AwaitNotify, Listen, Operation, Query, Transaction
 from langgraph_colosseum._core.keys import checked_key
-from langgraph_colosseum._core.threads import RELEASE
+from langgraph_colosseum._core.threads import LOCK_THREAD, RELEASE
 from langgraph_colosseum.errors import (
     InvalidConfigError,
     RunInterruptedError,
@@ -98,10 +98,6 @@ ON CONFLICT (thread_id, run_id) DO NOTHING
 ENSURE_THREAD = """
 INSERT INTO colosseum_threads (thread_id) VALUES (%(thread_id)s) ON CONFLICT DO NOTHING
 """
-
-# FOR UPDATE: conflicts with the KEY SHARE lock of a put's fence, so a put in
-# flight commits before this transaction reads the row, or is judged after it.
-LOCK_THREAD = "SELECT 1 FROM colosseum_threads WHERE thread_id = %(thread_id)s FOR UPDATE"
 
 # A run's started_at / ended_at are clock_timestamp(), not now(): now() is when the
 # transaction began, and a TAKE's transaction may begin before the previous run's

@@ -362,10 +362,12 @@ WRITE_LOCK_ON_CONFLICT = (
 # runs, each class in the order of its keys: the order DELETE_LOCK and
 # RUNS_LOCK take theirs, so a delete of several threads and such a
 # transaction never each hold a lock the other waits for. Each write's own
-# WRITE_LOCK then finds its locks held.
+# WRITE_LOCK then finds its locks held. `lock_timeout`, for this transaction
+# alone (SET LOCAL), bounds every lock wait of it (_driver.SHARED_LOCK_TIMEOUT).
 SHARED_WRITE_LOCKS = f"""
 SELECT pg_advisory_xact_lock_shared(keys.class, keys.h)
-FROM (SELECT {THREAD_LOCK_CLASS} AS class, hashtext(t) AS h
+FROM (SELECT set_config('lock_timeout', %(lock_timeout)s, true)) AS bounded,
+     (SELECT {THREAD_LOCK_CLASS} AS class, hashtext(t) AS h
       FROM unnest(%(thread_ids)b::text[]) AS t
       UNION
       SELECT {RUN_LOCK_CLASS}, hashtext(r) FROM unnest(%(run_ids)b::text[]) AS r
@@ -411,12 +413,15 @@ deleted AS (
 # holds the thread (run_guard) with a live lease; and a write made inside a
 # guard that no longer owns the thread with its token (lease lost: its lease
 # lapsed and another run took the thread, or the row is gone). The row is
-# locked (`fence`, KEY SHARE), so a guard taken meanwhile (ACQUIRE locks it FOR
-# UPDATE) is seen as it is after its commit, never as it was before.
+# locked (`fence`, KEY SHARE), so a guard taken meanwhile (threads.LOCK_THREAD
+# locks it FOR UPDATE before ACQUIRE) waits for this write's commit. A lease
+# is judged at the statement's own time (statement_timestamp(), not now(), the
+# transaction's start: a write may have waited for its thread's lock, or run
+# after other writes of its transaction, _driver._SHARED_COMMIT).
 _FENCED = """
 fenced AS (
     SELECT 1 FROM fence
-    WHERE (run_owner IS NOT NULL AND run_lease_until > now()
+    WHERE (run_owner IS NOT NULL AND run_lease_until > statement_timestamp()
            AND run_owner IS DISTINCT FROM %(run_owner)s::text)
        OR (%(run_owner)s::text IS NOT NULL
            AND (run_owner IS DISTINCT FROM %(run_owner)s::text
@@ -686,7 +691,7 @@ registry AS (
         (thread_id, metadata, state_values, head_checkpoint_id, expires_at, status,
          status_checkpoint_id)
     SELECT %(thread_id)s, %(run_metadata)s::jsonb, %(values_set)s::jsonb, %(checkpoint_id)s,
-           now() + %(ttl)s::interval, coalesce(early.status, 'idle'),
+           statement_timestamp() + %(ttl)s::interval, coalesce(early.status, 'idle'),
            CASE WHEN early.status IS NOT NULL THEN %(checkpoint_id)s END
     FROM early
     WHERE %(checkpoint_ns)s = '' AND NOT EXISTS (SELECT 1 FROM refused)
@@ -698,12 +703,12 @@ registry AS (
     -- upsert has locked, so no commit order can lose it.
     -- updated_at moves at most once a second: the other puts of a run then
     -- change no indexed column, and Postgres updates the row in place (HOT).
-    SET updated_at = CASE WHEN t.updated_at < now() - interval '1 second'
-                          THEN now() ELSE t.updated_at END,
+    SET updated_at = CASE WHEN t.updated_at < statement_timestamp() - interval '1 second'
+                          THEN statement_timestamp() ELSE t.updated_at END,
         -- 'busy' only while its guard's lease is live: a holder that died
         -- leaves the status to the runs after it.
         status = CASE
-            WHEN t.status = 'busy' AND t.run_lease_until > now() THEN 'busy'
+            WHEN t.status = 'busy' AND t.run_lease_until > statement_timestamp() THEN 'busy'
             WHEN EXCLUDED.head_checkpoint_id < coalesce(t.head_checkpoint_id, '') THEN t.status
             WHEN EXCLUDED.status <> 'idle' THEN EXCLUDED.status
             WHEN t.status IN ('interrupted', 'error')
@@ -788,9 +793,9 @@ status AS (
     SELECT %(thread_id)s, %(status)s, %(checkpoint_id)s
     WHERE %(status)s::text IS NOT NULL AND NOT EXISTS (SELECT 1 FROM refused)
     ON CONFLICT (thread_id) DO UPDATE
-    SET status = CASE WHEN t.status = 'busy' AND t.run_lease_until > now() THEN 'busy'
+    SET status = CASE WHEN t.status = 'busy' AND t.run_lease_until > statement_timestamp() THEN 'busy'
                       ELSE EXCLUDED.status END,
-        status_checkpoint_id = EXCLUDED.status_checkpoint_id, updated_at = now()
+        status_checkpoint_id = EXCLUDED.status_checkpoint_id, updated_at = statement_timestamp()
     WHERE coalesce(t.head_checkpoint_id, '') <= EXCLUDED.status_checkpoint_id
 ),
 """

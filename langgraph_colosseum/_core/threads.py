@@ -17,7 +17,7 @@ from langgraph.checkpoint.base import writes_sort_key
 from langgraph.checkpoint.serde.types import TASKS
 
 from langgraph_colosseum._core.crypt import RowSealError, write_aad
-from langgraph_colosseum._core.io import Operation, Query, Sleep
+from langgraph_colosseum._core.io import Operation, Query, Sleep, Transaction
 from langgraph_colosseum._core.keys import checked_key
 from langgraph_colosseum._core.values import ValueCodec, Where, corrupt_row, refused
 from langgraph_colosseum.errors import (
@@ -181,6 +181,13 @@ SET metadata = t.metadata || %(metadata)s::jsonb,
 WHERE t.thread_id = %(thread_id)s
 RETURNING {_THREAD_COLUMNS}
 """
+
+# FOR UPDATE: conflicts with the KEY SHARE lock of a write's fence (sql._FENCED),
+# so a write in flight commits before this transaction reads the row, or is
+# judged after it. The upsert that takes the thread (ACQUIRE) locks the row
+# only FOR NO KEY UPDATE, which a fence does not wait for nor hold off: alone,
+# a write that passed its fence could commit after the guard was taken.
+LOCK_THREAD = "SELECT 1 FROM colosseum_threads WHERE thread_id = %(thread_id)s FOR UPDATE"
 
 # Take the thread when no live run holds it; the token fences the holder.
 # The owner is unique to one guard: a thread held by it is this acquire's own
@@ -464,8 +471,9 @@ def acquire(
         "owner": owner,
         "lease": lease_seconds,
     }
+    lock = Query(LOCK_THREAD, {"thread_id": params["thread_id"]}, fetch=False)
     while True:
-        rows = yield Query(ACQUIRE, params)
+        _, rows = yield Transaction((lock, Query(ACQUIRE, params)))
         if rows:
             return int(rows[0][0])
         if not wait:

@@ -29,8 +29,9 @@ from langgraph.checkpoint.base import empty_checkpoint
 from langgraph.checkpoint.memory import InMemorySaver
 from psycopg import conninfo
 
-from langgraph_colosseum import AsyncColosseumSaver, aio
-from langgraph_colosseum._core import sql
+from langgraph_colosseum import AsyncColosseumSaver, _driver, aio
+from langgraph_colosseum._core import io, sql
+from langgraph_colosseum.errors import ThreadBusyError
 from tests.integration.test_drivers import thread
 
 WRITE_CHECK = "shared_commit_refuses"  # the test's trigger function
@@ -39,6 +40,14 @@ WRITE_CHECK = "shared_commit_refuses"  # the test's trigger function
 @pytest.fixture(autouse=True)
 def coalescing(monkeypatch: pytest.MonkeyPatch) -> None:
     monkeypatch.setattr(aio, "COALESCE", True)  # the default (aio.py), whatever it becomes
+
+
+@pytest.fixture
+def patient(monkeypatch: pytest.MonkeyPatch) -> None:
+    """A shared transaction that waits for a lock keeps waiting (the tests of
+    lock order stop one mid-way), instead of giving up after
+    _driver.SHARED_LOCK_TIMEOUT and sending each write alone."""
+    monkeypatch.setattr(_driver, "SHARED_LOCK_TIMEOUT", "10min")
 
 
 @pytest.fixture
@@ -168,8 +177,24 @@ async def test_puts_sent_together_commit_together_and_each_reads_back_as_put(
     assert len(set(await xmins(pg_url, threads))) == 1
 
 
+class Retries:
+    """An io.observer that only records why requests were sent again."""
+
+    def __init__(self) -> None:
+        self.reasons: list[str] = []
+
+    def __call__(self, op: Any, perform: Any, asynchronous: bool) -> tuple[Any, Any]:
+        return op, perform
+
+    def retried(self, reason: str) -> None:
+        self.reasons.append(reason)
+
+    def breaker_opened(self) -> None:
+        pass
+
+
 async def test_a_write_that_fails_fails_alone_and_its_neighbours_are_stored(
-    pg_url: str,
+    pg_url: str, monkeypatch: pytest.MonkeyPatch
 ) -> None:
     """A put the server refuses (a trigger of the test's, on its thread alone)
     shares a transaction with puts of two other threads, one each side of it
@@ -189,6 +214,8 @@ async def test_a_write_that_fails_fails_alone_and_its_neighbours_are_stored(
             f"CREATE TRIGGER {WRITE_CHECK} BEFORE INSERT ON colosseum_checkpoints "
             f"FOR EACH ROW EXECUTE FUNCTION {WRITE_CHECK}()"
         )
+    retries = Retries()
+    monkeypatch.setattr(io, "observer", retries)
     try:
         async with AsyncColosseumSaver.from_conn_string(pg_url, max_size=1) as saver:
             outcomes = await asyncio.gather(
@@ -205,6 +232,7 @@ async def test_a_write_that_fails_fails_alone_and_its_neighbours_are_stored(
                 assert stored.checkpoint["channel_values"] == {"step": step, "note": f"step {step}"}
         first_xmin, last_xmin = await xmins(pg_url, [first, last])
         assert first_xmin != last_xmin
+        assert retries.reasons == ["shared_commit"] * 3  # telemetry: each sent again
     finally:
         with psycopg.connect(pg_url, autocommit=True) as admin:
             admin.execute(f"DROP TRIGGER {WRITE_CHECK} ON colosseum_checkpoints")
@@ -232,7 +260,7 @@ async def test_writes_sent_together_after_deallocate_all_prepare_again_and_are_s
 
 
 async def test_two_shared_transactions_lock_the_rows_they_share_in_one_order(
-    url: str, pg_url: str, gate: psycopg.Connection
+    url: str, pg_url: str, gate: psycopg.Connection, patient: None
 ) -> None:
     """Two savers each put three threads at once, two of them the same (1 and
     4), gathered in opposite orders. Each stops on a thread a gate holds (2, 3)
@@ -279,7 +307,7 @@ def hash_order(pg_url: str, prefix: str) -> tuple[str, str]:
 
 
 async def test_a_delete_of_several_threads_never_waits_in_a_cycle_with_writes_of_them(
-    url: str, pg_url: str, gate: psycopg.Connection
+    url: str, pg_url: str, gate: psycopg.Connection, patient: None
 ) -> None:
     """A put of `low` and one of `high` share a transaction; it stops on
     `low`, which a gate holds. Meanwhile a delete of both threads begins, and
@@ -308,7 +336,7 @@ async def test_a_delete_of_several_threads_never_waits_in_a_cycle_with_writes_of
 
 
 async def test_the_write_locks_of_a_shared_transaction_are_taken_in_a_deletes_order(
-    pg_url: str, url: str
+    pg_url: str, url: str, patient: None
 ) -> None:
     """A delete takes its threads' locks in the order of their keys, `high`
     first (sql.DELETE_LOCK). Here a transaction of the test's takes them as a
@@ -330,3 +358,128 @@ async def test_the_write_locks_of_a_shared_transaction_are_taken_in_a_deletes_or
         await delete.rollback()
         stored = (await finish_without_a_cycle(watch, puts))[0]
         assert [c["configurable"]["thread_id"] for c in stored] == [low, high]
+
+
+# ------------------------------------------------- waits stay each write's own
+
+
+async def test_a_shared_transaction_waiting_for_one_thread_holds_up_no_other_thread(
+    pg_url: str, gate: psycopg.Connection
+) -> None:
+    """Puts of `a` and `b` share a transaction, and `b`'s row is held by a
+    slow transaction (the gate). Another worker's put of `a`, and then a
+    delete of `a`, finish while the gate still holds `b`: the shared
+    transaction gives up its wait (SHARED_LOCK_TIMEOUT) and each put is sent
+    alone, so only the put of `b` waits for `b`."""
+    a, b = ids("a", "b")
+    async with (
+        AsyncColosseumSaver.from_conn_string(pg_url, max_size=1) as writer,
+        AsyncColosseumSaver.from_conn_string(pg_url, max_size=1) as other,
+        await psycopg.AsyncConnection.connect(pg_url, autocommit=True) as watch,
+    ):
+        await put(writer, a, 1)
+        await put(writer, b, 1)
+        hold(gate, b)
+        puts = asyncio.ensure_future(asyncio.gather(put(writer, a, 2), put(writer, b, 2)))
+        await until_blocked(watch, 1)
+        # Bounded only so that a failure ends: with the gate held, these
+        # finish in milliseconds or, were the wait not given up, never.
+        await asyncio.wait_for(put(other, a, 3), 30)
+        await asyncio.wait_for(other.adelete_thread(a), 30)
+        assert not puts.done()  # the put of `b` still waits for the gate
+        gate.rollback()
+        stored = await puts
+        head = await writer.aget_tuple(thread(b))
+        assert head is not None and head.config == stored[1]
+        assert await writer.aget_tuple(thread(a)) is None
+
+
+async def test_a_guard_taken_while_a_write_is_in_flight_waits_for_its_commit(
+    pg_url: str, gate: psycopg.Connection
+) -> None:
+    """A put_writes of `a` made outside any guard passed its fence and waits
+    (for a row of the same key the gate inserted and has not committed).
+    run_guard(a) is asked for meanwhile: it is taken only after that write
+    commits, so the write is never stored while the guard holds `a` (the
+    fence's KEY SHARE lock does not hold off the upsert that takes the
+    thread; the FOR UPDATE before it does)."""
+    (a,) = ids("a")
+    async with (
+        AsyncColosseumSaver.from_conn_string(pg_url, max_size=1) as writer,
+        AsyncColosseumSaver.from_conn_string(pg_url, max_size=1) as guarder,
+        await psycopg.AsyncConnection.connect(pg_url, autocommit=True) as watch,
+    ):
+        config = await put(writer, a, 1)
+        gate.execute(
+            "INSERT INTO colosseum_writes (thread_id, checkpoint_ns, checkpoint_id, task_id, "
+            "idx, channel, encoding, value) VALUES (%s, '', %s, 'stray', 0, 'note', 'json', "
+            "'\"gate\"')",
+            [a, config["configurable"]["checkpoint_id"]],
+        )
+        stray = asyncio.ensure_future(writer.aput_writes(config, [("note", "stray")], "stray"))
+        await until_blocked(watch, 1)  # past its fence, on the gate's row
+        acquired, leave = asyncio.Event(), asyncio.Event()
+        stored_at_acquire: list[int] = []
+
+        async def stray_rows() -> int:
+            row = await (
+                await watch.execute(
+                    "SELECT count(*) FROM colosseum_writes WHERE thread_id = %s "
+                    "AND task_id = 'stray'",
+                    [a],
+                )
+            ).fetchone()
+            return row[0]
+
+        async def guarded() -> None:
+            async with guarder.run_guard(a, on_busy="reject"):
+                stored_at_acquire.append(await stray_rows())
+                acquired.set()
+                await leave.wait()
+
+        guard = asyncio.ensure_future(guarded())
+        while not acquired.is_set() and len(await blocked(watch)) < 2:
+            await asyncio.sleep(0.01)  # polling for the barrier: taken, or waiting
+        gate.rollback()
+        outcome = await asyncio.gather(stray, return_exceptions=True)
+        await acquired.wait()
+        leave.set()
+        await guard
+        assert outcome == [None] and stored_at_acquire == [1], (outcome, stored_at_acquire)
+
+
+async def test_a_lease_is_judged_at_the_time_of_the_write_not_of_its_lock_wait(
+    pg_url: str,
+) -> None:
+    """A put of `a` waits for its thread's write lock (a delete holds it, here
+    the test); meanwhile a dead holder's lease on `a` runs out. The put then
+    runs after the lease's end and is stored: a thread is busy only while its
+    guard's lease is live, at the time of the write's statement, not when its
+    transaction began."""
+    (a,) = ids("a")
+    lock = f"SELECT pg_advisory_xact_lock({sql.THREAD_LOCK_CLASS}, hashtext(%s))"
+    async with (
+        AsyncColosseumSaver.from_conn_string(pg_url, max_size=1) as writer,
+        await psycopg.AsyncConnection.connect(pg_url) as delete,
+        await psycopg.AsyncConnection.connect(pg_url, autocommit=True) as watch,
+    ):
+        await put(writer, a, 1)
+        await delete.execute(lock, [a])
+        late = asyncio.ensure_future(put(writer, a, 2))
+        await until_blocked(watch, 1)  # the put, on the lock
+        await watch.execute(
+            "UPDATE colosseum_threads SET status = 'busy', run_owner = 'dead holder', "
+            "run_token = run_token + 1, run_lease_until = clock_timestamp() + interval '50 ms' "
+            "WHERE thread_id = %s",
+            [a],
+        )
+        lapsed = (
+            "SELECT clock_timestamp() > run_lease_until FROM colosseum_threads WHERE thread_id = %s"
+        )
+        while not (await (await watch.execute(lapsed, [a])).fetchone())[0]:
+            await asyncio.sleep(0.01)  # polling the lease's end (a clock barrier)
+        await delete.rollback()
+        outcome = (await asyncio.gather(late, return_exceptions=True))[0]
+        assert not isinstance(outcome, ThreadBusyError), outcome
+        head = await writer.aget_tuple(thread(a))
+        assert head is not None and head.config == outcome

@@ -21,7 +21,7 @@ from langgraph.types import Send, interrupt
 
 from langgraph_colosseum import AsyncColosseumSaver, ColosseumSaver, Migration
 from langgraph_colosseum._core import threads as threads_sql
-from langgraph_colosseum._core.io import Query
+from langgraph_colosseum._core.io import Transaction
 from tests.conftest import flush_cache, migrated_database, redis_url, truncate
 
 ROOT = Path(__file__).resolve().parents[2]
@@ -351,7 +351,8 @@ def test_a_thread_another_migration_took_meanwhile_is_not_migrated_again(pg_url:
 
         # The first selected the thread; the other takes it before its guard does.
         one.before = hook = Once(
-            lambda r: isinstance(r, Query) and r.sql is threads_sql.ACQUIRE, the_other_migration
+            lambda r: isinstance(r, Transaction) and r.queries[-1].sql is threads_sql.ACQUIRE,
+            the_other_migration,
         )
         assert one.migrate_state(2, {1: rename_query}, thread_ids=[thread_id])["migrated"] == 0
         assert hook.fired
