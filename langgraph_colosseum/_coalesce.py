@@ -40,7 +40,8 @@ Only hot statements are coalesced: they are short, so one that waits on a lock
 (a delete of its thread) holds the others up only as long as it would have
 held its own connection. Writes committed together hold each other's locks
 while one of them waits, for at most _driver.SHARED_LOCK_TIMEOUT: then each
-is sent alone, and waits for its own locks only.
+is sent alone, and holds only its own (those after it in the round trip
+still wait for it to finish, as any request behind a waiting one does).
 """
 
 from __future__ import annotations

@@ -617,6 +617,15 @@ def _lean_end(
     return again
 
 
+# The round trips of a batch: the first (writes shared, _SHARED_COMMIT); the
+# writes of a shared transaction that failed, each alone; and the requests a
+# DEALLOCATE ALL failed, prepared again (_DEALLOCATED). A shared transaction
+# that fails before it meets a dropped statement (a lock timeout in its first
+# statement) aborts the rest unrun, so the second round trip may be the first
+# to meet them: the third is theirs.
+_PASSES = 3
+
+
 def _abandon(conn: Any) -> None:
     """A round trip cut short left replies unread: no request can follow on it."""
     pgconn = conn.pgconn
@@ -637,11 +646,12 @@ def lean_batch(
     """Send every request of `batch` in one round trip; each one's outcome."""
     outcomes: list[Outcome | None] = [None] * len(batch)
     indices = list(range(len(batch)))
-    for last in (False, True):
+    for attempt in range(_PASSES):
+        last = attempt == _PASSES - 1
         replies: list[list[Any]] = []
         lost = None
         with conn.lock:
-            indices, exchanges, shared = _lean_begin(conn, batch, indices, outcomes, not last)
+            indices, exchanges, shared = _lean_begin(conn, batch, indices, outcomes, attempt == 0)
             if not indices:
                 break
             try:
@@ -665,11 +675,12 @@ async def alean_batch(
 ) -> list[Outcome]:
     outcomes: list[Outcome | None] = [None] * len(batch)
     indices = list(range(len(batch)))
-    for last in (False, True):
+    for attempt in range(_PASSES):
+        last = attempt == _PASSES - 1
         replies: list[list[Any]] = []
         lost = None
         async with conn.lock:
-            indices, exchanges, shared = _lean_begin(conn, batch, indices, outcomes, not last)
+            indices, exchanges, shared = _lean_begin(conn, batch, indices, outcomes, attempt == 0)
             if not indices:
                 break
             try:

@@ -219,7 +219,7 @@ GUARDS: list[Guard] = [
     Guard(
         name="run guard: acquire only a free thread or a lapsed lease",
         file="langgraph_colosseum/_core/threads.py",
-        original="WHERE t.run_owner IS NULL OR t.run_lease_until < now()",
+        original="WHERE t.run_owner IS NULL OR t.run_lease_until < statement_timestamp()",
         mutant="WHERE true",
         tests=(f"{GUARD_TESTS}::test_a_stale_guard_holder_does_not_release_its_successor",),
     ),
@@ -1569,6 +1569,24 @@ GUARDS: list[Guard] = [
         mutant="    WHERE (run_owner IS NOT NULL AND run_lease_until > now()\n",
         tests=(
             f"{SHARED_COMMIT}::test_a_lease_is_judged_at_the_time_of_the_write_not_of_its_lock_wait",
+        ),
+    ),
+    Guard(
+        name="run guard: a lease counts from the acquire's statement, after its wait",
+        file="langgraph_colosseum/_core/threads.py",
+        original="1, statement_timestamp() + make_interval(secs => %(lease)s))",
+        mutant="1, now() + make_interval(secs => %(lease)s))",
+        tests=(
+            f"{SHARED_COMMIT}::test_a_guard_that_waited_for_a_write_in_flight_gets_its_whole_lease",
+        ),
+    ),
+    Guard(
+        name="shared commit: a failed shared transaction leaves the DEALLOCATE retry",
+        file="langgraph_colosseum/_driver.py",
+        original="_PASSES = 3\n",
+        mutant="_PASSES = 2\n",
+        tests=(
+            f"{SHARED_COMMIT}::test_writes_whose_shared_transaction_failed_first_then_meet_deallocate_are_stored",
         ),
     ),
 ]

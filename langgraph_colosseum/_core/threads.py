@@ -190,17 +190,19 @@ RETURNING {_THREAD_COLUMNS}
 LOCK_THREAD = "SELECT 1 FROM colosseum_threads WHERE thread_id = %(thread_id)s FOR UPDATE"
 
 # Take the thread when no live run holds it; the token fences the holder.
+# At the statement's time, not the transaction's start (now()), which was
+# before its wait for LOCK_THREAD: a lease dated from then is short by that wait.
 # The owner is unique to one guard: a thread held by it is this acquire's own
 # earlier success, sent again on a fresh connection after the reply of its
 # commit was lost (_driver.py); it is the guard's, with the same token.
 ACQUIRE = """
 INSERT INTO colosseum_threads AS t (thread_id, status, run_owner, run_token, run_lease_until)
-VALUES (%(thread_id)s, 'busy', %(owner)s, 1, now() + make_interval(secs => %(lease)s))
+VALUES (%(thread_id)s, 'busy', %(owner)s, 1, statement_timestamp() + make_interval(secs => %(lease)s))
 ON CONFLICT (thread_id) DO UPDATE
 SET status = 'busy', run_owner = EXCLUDED.run_owner,
     run_token = t.run_token + (t.run_owner IS DISTINCT FROM EXCLUDED.run_owner)::int,
-    run_lease_until = EXCLUDED.run_lease_until, updated_at = now()
-WHERE t.run_owner IS NULL OR t.run_lease_until < now()
+    run_lease_until = EXCLUDED.run_lease_until, updated_at = statement_timestamp()
+WHERE t.run_owner IS NULL OR t.run_lease_until < statement_timestamp()
    OR t.run_owner = EXCLUDED.run_owner  -- OWN_ACQUIRE
 RETURNING run_token
 """

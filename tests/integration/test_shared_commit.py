@@ -21,6 +21,7 @@ from __future__ import annotations
 import asyncio
 import uuid
 from collections.abc import Awaitable, Iterator
+from datetime import timedelta
 from typing import Any
 
 import psycopg
@@ -256,6 +257,46 @@ async def test_writes_sent_together_after_deallocate_all_prepare_again_and_are_s
             assert head is not None and head.config == config and head.metadata["step"] == 2
 
 
+async def test_writes_whose_shared_transaction_failed_first_then_meet_deallocate_are_stored(
+    pg_url: str, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """DEALLOCATE ALL dropped the statements prepared on the connection; the
+    shared transaction of puts of `a` and `b` then fails before it meets them
+    (its lock wait times out: a delete of `a` holds `a`), so its other
+    statements are never run. Each put is sent again alone, meets the dropped
+    statements there, prepares them again, and is stored (b at once, `a` once
+    the delete lets go): a shared transaction's failure does not use up the
+    retry a DEALLOCATE ALL is owed."""
+    a, b = ids("a", "b")
+    lock = f"SELECT pg_advisory_xact_lock({sql.THREAD_LOCK_CLASS}, hashtext(%s))"
+    retries = Retries()
+    monkeypatch.setattr(io, "observer", retries)
+    async with (
+        AsyncColosseumSaver.from_conn_string(pg_url, max_size=1) as saver,
+        await psycopg.AsyncConnection.connect(pg_url) as delete,
+        await psycopg.AsyncConnection.connect(pg_url, autocommit=True) as watch,
+    ):
+        await put(saver, a, 1)  # alone: the write statements prepared,
+        await put(saver, b, 1)  # the shared transaction's first one not yet
+        async with saver.conn.connection() as conn:
+            await conn.execute("DEALLOCATE ALL")
+        await delete.execute(lock, [a])
+        puts = asyncio.ensure_future(
+            asyncio.gather(put(saver, a, 2), put(saver, b, 2), return_exceptions=True)
+        )
+        while len(retries.reasons) < 2:  # the shared transaction gave up
+            await asyncio.sleep(0.01)  # polling for the barrier, not timing the test
+        while not puts.done() and not await blocked(watch):  # sent again: failed or waiting
+            await asyncio.sleep(0.01)
+        await delete.rollback()
+        outcomes = await puts
+        for t, outcome in zip((a, b), outcomes):
+            assert not isinstance(outcome, BaseException), (t, outcome)
+            head = await saver.aget_tuple(thread(t))
+            assert head is not None and head.config == outcome and head.metadata["step"] == 2
+    assert retries.reasons == ["shared_commit", "shared_commit"]
+
+
 # ------------------------------------------------- no wait cycles
 
 
@@ -483,3 +524,47 @@ async def test_a_lease_is_judged_at_the_time_of_the_write_not_of_its_lock_wait(
         assert not isinstance(outcome, ThreadBusyError), outcome
         head = await writer.aget_tuple(thread(a))
         assert head is not None and head.config == outcome
+
+
+async def test_a_guard_that_waited_for_a_write_in_flight_gets_its_whole_lease(
+    pg_url: str, gate: psycopg.Connection
+) -> None:
+    """run_guard(a) waits for a write of `a` in flight (past its fence: the
+    gate holds the row KEY SHARE, as a fence does) for over a second. Its
+    lease of 30 s is then counted from when it took the thread, not from when
+    its transaction began, before that wait."""
+    (a,) = ids("a")
+    async with (
+        AsyncColosseumSaver.from_conn_string(pg_url, max_size=2) as saver,
+        await psycopg.AsyncConnection.connect(pg_url, autocommit=True) as watch,
+    ):
+        await put(saver, a, 1)
+        gate.execute("SELECT 1 FROM colosseum_threads WHERE thread_id = %s FOR KEY SHARE", [a])
+        left: list[float] = []
+        leave = asyncio.Event()
+
+        async def guarded() -> None:
+            async with saver.run_guard(a, lease=timedelta(seconds=30)):
+                row = await (
+                    await watch.execute(
+                        "SELECT extract(epoch FROM run_lease_until - clock_timestamp()) "
+                        "FROM colosseum_threads WHERE thread_id = %s",
+                        [a],
+                    )
+                ).fetchone()
+                left.append(float(row[0]))
+                await leave.wait()
+
+        guard = asyncio.ensure_future(guarded())
+        waited = (
+            "SELECT coalesce(bool_or(clock_timestamp() - xact_start > interval '1 s'), false) "
+            "FROM pg_stat_activity WHERE cardinality(pg_blocking_pids(pid)) > 0"
+        )
+        while not (await (await watch.execute(waited)).fetchone())[0]:
+            await asyncio.sleep(0.01)  # polling the acquire's wait (a clock barrier)
+        gate.rollback()
+        while not left:
+            await asyncio.sleep(0.01)
+        leave.set()
+        await guard
+        assert left[0] > 29.5, left
