@@ -561,16 +561,10 @@ def _shared_replies(
         replies.append(results[start : start + size])
         _note_prepared(exchange, replies[-1])
         start += size
-    failed = [r for r in results if r.status in (_FATAL_ERROR, _PIPELINE_ABORTED)]
+    failed = any(r.status in (_FATAL_ERROR, _PIPELINE_ABORTED) for r in results)
     if not failed and start == len(results):
         return replies
-    if any(r.error_field(_SQLSTATE) == _UNKNOWN_STATEMENT for r in failed):
-        shared.locks.session.prepared.clear()  # see _DEALLOCATED
     return None
-
-
-_SQLSTATE = pq.DiagnosticField.SQLSTATE
-_UNKNOWN_STATEMENT = b"26000"  # psycopg.errors.InvalidSqlStatementName
 
 
 def _lean_end(

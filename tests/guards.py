@@ -1536,15 +1536,6 @@ GUARDS: list[Guard] = [
         ),
     ),
     Guard(
-        name="shared commit: statements a DEALLOCATE ALL dropped are prepared again",
-        file="langgraph_colosseum/_driver.py",
-        original="        shared.locks.session.prepared.clear()  # see _DEALLOCATED\n",
-        mutant="        pass\n",
-        tests=(
-            f"{SHARED_COMMIT}::test_writes_sent_together_after_deallocate_all_prepare_again_and_are_stored",
-        ),
-    ),
-    Guard(
         name="shared commit: no lock is waited for longer than SHARED_LOCK_TIMEOUT",
         file="langgraph_colosseum/_core/sql.py",
         original="FROM (SELECT set_config('lock_timeout', %(lock_timeout)s, true)) AS bounded,",
@@ -1556,10 +1547,11 @@ GUARDS: list[Guard] = [
     Guard(
         name="run_guard: taking a thread waits for the writes that passed its fence",
         file="langgraph_colosseum/_core/threads.py",
-        original="        _, rows = yield Transaction((lock, Query(ACQUIRE, params)))\n",
-        mutant="        rows = yield Query(ACQUIRE, params)\n",
+        original="            Query(TAKE_LOCK, thread, fetch=False),\n",
+        mutant="",
         tests=(
             f"{SHARED_COMMIT}::test_a_guard_taken_while_a_write_is_in_flight_waits_for_its_commit",
+            f"{SHARED_COMMIT}::test_a_write_of_a_new_thread_checked_while_its_first_guard_is_taken_is_refused",
         ),
     ),
     Guard(
@@ -1587,6 +1579,15 @@ GUARDS: list[Guard] = [
         mutant="_PASSES = 2\n",
         tests=(
             f"{SHARED_COMMIT}::test_writes_whose_shared_transaction_failed_first_then_meet_deallocate_are_stored",
+        ),
+    ),
+    Guard(
+        name="runs: taking a thread waits for the writes that passed its fence",
+        file="langgraph_colosseum/_core/multitask.py",
+        original='            Query(TAKE_LOCK, {"thread_id": params["thread_id"]}, fetch=False),\n',
+        mutant="",
+        tests=(
+            f"{SHARED_COMMIT}::test_a_write_of_a_new_thread_checked_while_its_first_run_takes_it_is_refused",
         ),
     ),
 ]

@@ -49,7 +49,7 @@ from typing import Any, Literal
 
 from langgraph_colosseum._core.io import AwaitNotify, Listen, Operation, Query, Transaction
 from langgraph_colosseum._core.keys import checked_key
-from langgraph_colosseum._core.threads import LOCK_THREAD, RELEASE
+from langgraph_colosseum._core.threads import LOCK_THREAD, RELEASE, TAKE_LOCK
 from langgraph_colosseum.errors import (
     InvalidConfigError,
     RunInterruptedError,
@@ -453,6 +453,19 @@ def _leave(params: dict[str, Any]) -> Transaction:
     )
 
 
+def take_request(params: dict[str, Any]) -> Transaction:
+    """Taking the thread for a run: the thread's write lock, exclusive (see
+    threads.TAKE_LOCK), its row, then TAKE."""
+    return Transaction(
+        (
+            Query(TAKE_LOCK, {"thread_id": params["thread_id"]}, fetch=False),
+            Query(ENSURE_THREAD, params, fetch=False),
+            Query(LOCK_THREAD, params),
+            Query(TAKE, params),
+        )
+    )
+
+
 def start(
     store: Any,
     thread_id: str,
@@ -477,13 +490,7 @@ def start(
         "steal": strategy in ("interrupt", "rollback"),
         "lapsed": LEASE_LAPSED,
     }
-    take = Transaction(
-        (
-            Query(ENSURE_THREAD, params, fetch=False),
-            Query(LOCK_THREAD, params),
-            Query(TAKE, params),
-        )
-    )
+    take = take_request(params)
     if strategy == "enqueue":
         yield Query(ENQUEUE, params, fetch=False)
         deadline = None if queue_timeout is None else time.monotonic() + queue_timeout

@@ -19,6 +19,7 @@ from langgraph.checkpoint.serde.types import TASKS
 from langgraph_colosseum._core.crypt import RowSealError, write_aad
 from langgraph_colosseum._core.io import Operation, Query, Sleep, Transaction
 from langgraph_colosseum._core.keys import checked_key
+from langgraph_colosseum._core.sql import THREAD_LOCK_CLASS
 from langgraph_colosseum._core.values import ValueCodec, Where, corrupt_row, refused
 from langgraph_colosseum.errors import (
     CodecError,
@@ -184,10 +185,18 @@ RETURNING {_THREAD_COLUMNS}
 
 # FOR UPDATE: conflicts with the KEY SHARE lock of a write's fence (sql._FENCED),
 # so a write in flight commits before this transaction reads the row, or is
-# judged after it. The upsert that takes the thread (ACQUIRE) locks the row
-# only FOR NO KEY UPDATE, which a fence does not wait for nor hold off: alone,
-# a write that passed its fence could commit after the guard was taken.
+# judged after it (multitask's transactions, which change the row).
 LOCK_THREAD = "SELECT 1 FROM colosseum_threads WHERE thread_id = %(thread_id)s FOR UPDATE"
+
+# Taking a thread (run_guard's ACQUIRE, multitask's TAKE) first takes the
+# thread's write lock exclusively, as a delete does (sql.WRITE_LOCK): a write
+# holds it shared from before its fence is checked until its commit, so the
+# writes in flight commit first, and those after wait for the taking to commit
+# and are judged by it. The upsert that takes the thread locks its row only
+# FOR NO KEY UPDATE, which a fence's KEY SHARE lock neither waits for nor holds
+# off, and a thread with no registry row yet has no row to lock at all: alone,
+# a write checked before the thread was taken could commit after it.
+TAKE_LOCK = f"SELECT pg_advisory_xact_lock({THREAD_LOCK_CLASS}, hashtext(%(thread_id)s))"
 
 # Take the thread when no live run holds it; the token fences the holder.
 # At the statement's time, not the transaction's start (now()), which was
@@ -464,6 +473,17 @@ def update(thread_id: str, metadata: Mapping[str, Any], codec: ValueCodec) -> Op
     return _thread(rows[0], codec)
 
 
+def acquire_request(params: Mapping[str, Any]) -> Transaction:
+    """Taking the thread for run_guard: its write lock, then ACQUIRE."""
+    thread = {"thread_id": params["thread_id"]}
+    return Transaction(
+        (
+            Query(TAKE_LOCK, thread, fetch=False),
+            Query(ACQUIRE, params),
+        )
+    )
+
+
 def acquire(
     thread_id: str, owner: str, lease_seconds: float, *, wait: bool, poll_seconds: float = 0.1
 ) -> Operation[int]:
@@ -473,9 +493,8 @@ def acquire(
         "owner": owner,
         "lease": lease_seconds,
     }
-    lock = Query(LOCK_THREAD, {"thread_id": params["thread_id"]}, fetch=False)
     while True:
-        _, rows = yield Transaction((lock, Query(ACQUIRE, params)))
+        rows = (yield acquire_request(params))[-1]
         if rows:
             return int(rows[0][0])
         if not wait:

@@ -31,7 +31,8 @@ from langgraph.checkpoint.memory import InMemorySaver
 from psycopg import conninfo
 
 from langgraph_colosseum import AsyncColosseumSaver, _driver, aio
-from langgraph_colosseum._core import io, sql
+from langgraph_colosseum._core import io, multitask, sql
+from langgraph_colosseum._core import threads as threads_sql
 from langgraph_colosseum.errors import ThreadBusyError
 from tests.integration.test_drivers import thread
 
@@ -443,7 +444,7 @@ async def test_a_guard_taken_while_a_write_is_in_flight_waits_for_its_commit(
     run_guard(a) is asked for meanwhile: it is taken only after that write
     commits, so the write is never stored while the guard holds `a` (the
     fence's KEY SHARE lock does not hold off the upsert that takes the
-    thread; the FOR UPDATE before it does)."""
+    thread; the thread's write lock, taken exclusively before it, does)."""
     (a,) = ids("a")
     async with (
         AsyncColosseumSaver.from_conn_string(pg_url, max_size=1) as writer,
@@ -529,8 +530,8 @@ async def test_a_lease_is_judged_at_the_time_of_the_write_not_of_its_lock_wait(
 async def test_a_guard_that_waited_for_a_write_in_flight_gets_its_whole_lease(
     pg_url: str, gate: psycopg.Connection
 ) -> None:
-    """run_guard(a) waits for a write of `a` in flight (past its fence: the
-    gate holds the row KEY SHARE, as a fence does) for over a second. Its
+    """run_guard(a) waits for a write of `a` in flight (the gate holds what
+    such a write holds) for over a second. Its
     lease of 30 s is then counted from when it took the thread, not from when
     its transaction began, before that wait."""
     (a,) = ids("a")
@@ -539,6 +540,11 @@ async def test_a_guard_that_waited_for_a_write_in_flight_gets_its_whole_lease(
         await psycopg.AsyncConnection.connect(pg_url, autocommit=True) as watch,
     ):
         await put(saver, a, 1)
+        # what a write in flight holds: its thread's write lock, shared
+        # (sql.WRITE_LOCK), and the row its fence locked KEY SHARE
+        gate.execute(
+            f"SELECT pg_advisory_xact_lock_shared({sql.THREAD_LOCK_CLASS}, hashtext(%s))", [a]
+        )
         gate.execute("SELECT 1 FROM colosseum_threads WHERE thread_id = %s FOR KEY SHARE", [a])
         left: list[float] = []
         leave = asyncio.Event()
@@ -568,3 +574,55 @@ async def test_a_guard_that_waited_for_a_write_in_flight_gets_its_whole_lease(
         leave.set()
         await guard
         assert left[0] > 29.5, left
+
+
+async def test_a_write_of_a_new_thread_checked_while_its_first_guard_is_taken_is_refused(
+    pg_url: str,
+) -> None:
+    """`a` has no registry row yet. A guard is being taken (the test sends
+    what run_guard sends, and has not committed: ACQUIRE has inserted the row)
+    when a put of `a` from outside any guard arrives. It waits, and once the
+    guard is taken it is refused: it is not stored after the guard was taken
+    (its fence had no committed row to see, nor to lock)."""
+    (a,) = ids("a")
+    async with (
+        AsyncColosseumSaver.from_conn_string(pg_url, max_size=1) as writer,
+        await psycopg.AsyncConnection.connect(pg_url) as guard,
+        await psycopg.AsyncConnection.connect(pg_url, autocommit=True) as watch,
+    ):
+        request = threads_sql.acquire_request({"thread_id": a, "owner": "guard", "lease": 60})
+        for query in request.queries:
+            await guard.execute(query.sql, query.params)
+        outsider = asyncio.ensure_future(put(writer, a, 1))
+        await until_blocked(watch, 1)  # the put, on the guard
+        await guard.commit()  # the guard is taken
+        outcome = (await asyncio.gather(outsider, return_exceptions=True))[0]
+        assert isinstance(outcome, ThreadBusyError), outcome
+        assert await writer.aget_tuple(thread(a)) is None
+
+
+async def test_a_write_of_a_new_thread_checked_while_its_first_run_takes_it_is_refused(
+    pg_url: str,
+) -> None:
+    """The same for a run of `saver.runs(graph)` taking a thread that has no
+    registry row yet (the test sends what the run sends to take it, and has
+    not committed): a put of the thread from outside the run, arriving then,
+    is refused once the run holds the thread, not stored after it."""
+    (a,) = ids("a")
+    params = {
+        "thread_id": a, "run_id": f"{a}-run", "strategy": "reject", "holder": "runner",
+        "lease": 60, "steal": False, "lapsed": multitask.LEASE_LAPSED,
+    }  # fmt: skip
+    async with (
+        AsyncColosseumSaver.from_conn_string(pg_url, max_size=1) as writer,
+        await psycopg.AsyncConnection.connect(pg_url) as run,
+        await psycopg.AsyncConnection.connect(pg_url, autocommit=True) as watch,
+    ):
+        for query in multitask.take_request(params).queries:
+            await run.execute(query.sql, query.params)
+        outsider = asyncio.ensure_future(put(writer, a, 1))
+        await until_blocked(watch, 1)  # the put, on the run
+        await run.commit()  # the run holds the thread
+        outcome = (await asyncio.gather(outsider, return_exceptions=True))[0]
+        assert isinstance(outcome, ThreadBusyError), outcome
+        assert await writer.aget_tuple(thread(a)) is None
