@@ -19,8 +19,9 @@ drivers would rerun it: the cost of a cycle is a stall, not a wrong result).
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import uuid
-from collections.abc import Awaitable, Iterator
+from collections.abc import AsyncIterator, Awaitable, Iterator
 from datetime import timedelta
 from typing import Any
 
@@ -154,6 +155,26 @@ async def xmins(pg_url: str, thread_ids: list[str]) -> list[str]:
             )
         ).fetchall()
     return [x for (x,) in rows]
+
+
+@contextlib.asynccontextmanager
+async def put_together_on_a_gate(
+    url: str, pg_url: str, gate: psycopg.Connection, threads: list[str], gated: str
+) -> AsyncIterator[tuple[AsyncColosseumSaver, AsyncColosseumSaver, Any, asyncio.Future]]:
+    """A writer and another saver, and a watch on pg_locks. Each of `threads`
+    is put once; then the writer puts them all again together, and that
+    shared transaction stops on `gated`, whose row the gate holds."""
+    async with (
+        AsyncColosseumSaver.from_conn_string(url, max_size=1) as writer,
+        AsyncColosseumSaver.from_conn_string(url, max_size=1) as other,
+        await psycopg.AsyncConnection.connect(pg_url, autocommit=True) as watch,
+    ):
+        for t in threads:
+            await put(writer, t, 1)
+        hold(gate, gated)
+        puts = asyncio.ensure_future(asyncio.gather(*(put(writer, t, 2) for t in threads)))
+        await until_blocked(watch, 1)  # the puts, on the gate
+        yield writer, other, watch, puts
 
 
 # ------------------------------------------------- the writes are stored
@@ -358,16 +379,9 @@ async def test_a_delete_of_several_threads_never_waits_in_a_cycle_with_writes_of
     put's write lock taken only as it ran, the puts would hold `low` and wait
     for `high`, which the delete would hold while waiting for `low`.)"""
     low, high = hash_order(pg_url, uuid.uuid4().hex[:12])
-    async with (
-        AsyncColosseumSaver.from_conn_string(url, max_size=1) as writer,
-        AsyncColosseumSaver.from_conn_string(url, max_size=1) as deleter,
-        await psycopg.AsyncConnection.connect(pg_url, autocommit=True) as watch,
-    ):
-        await put(writer, low, 1)
-        await put(writer, high, 1)
-        hold(gate, low)
-        puts = asyncio.ensure_future(asyncio.gather(put(writer, low, 2), put(writer, high, 2)))
-        await until_blocked(watch, 1)  # the puts, on the gate
+    async with put_together_on_a_gate(url, pg_url, gate, [low, high], low) as (
+        writer, deleter, watch, puts,
+    ):  # fmt: skip
         delete = asyncio.ensure_future(deleter.aprune([low, high], strategy="delete"))
         await until_blocked(watch, 2)  # and the delete, on the puts
         gate.rollback()
@@ -414,16 +428,9 @@ async def test_a_shared_transaction_waiting_for_one_thread_holds_up_no_other_thr
     transaction gives up its wait (SHARED_LOCK_TIMEOUT) and each put is sent
     alone, so only the put of `b` waits for `b`."""
     a, b = ids("a", "b")
-    async with (
-        AsyncColosseumSaver.from_conn_string(pg_url, max_size=1) as writer,
-        AsyncColosseumSaver.from_conn_string(pg_url, max_size=1) as other,
-        await psycopg.AsyncConnection.connect(pg_url, autocommit=True) as watch,
-    ):
-        await put(writer, a, 1)
-        await put(writer, b, 1)
-        hold(gate, b)
-        puts = asyncio.ensure_future(asyncio.gather(put(writer, a, 2), put(writer, b, 2)))
-        await until_blocked(watch, 1)
+    async with put_together_on_a_gate(pg_url, pg_url, gate, [a, b], b) as (
+        writer, other, _watch, puts,
+    ):  # fmt: skip
         # Bounded only so that a failure ends: with the gate held, these
         # finish in milliseconds or, were the wait not given up, never.
         await asyncio.wait_for(put(other, a, 3), 30)
