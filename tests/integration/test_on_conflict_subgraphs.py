@@ -508,6 +508,7 @@ def _resume_handed(a: Points, b: Points, ended: dict[str, threading.Event]) -> N
     b.wait("read:root")
     a.release("writes:root")
     assert a.wait("writes:root") == "stored"
+    b.release("writes:sub")  # held until now: alone, it could land first (CI did)
     b.wait("writes:sub")
     a.release("read:sub")
     _wait_ended(ended["A"])
@@ -522,7 +523,7 @@ async def test_the_winner_of_a_subgraph_resume_never_gets_the_losers_answer(
     """Was: B lost at the root, but A read the subgraph after B's write and
     finished with B's answer. Now B's subgraph write is refused."""
     race = Race(pg_url, mode, kind)
-    held = {"A": ("writes:root", "read:sub"), "B": ("writes:root", "put:sub")}
+    held = {"A": ("writes:root", "read:sub"), "B": ("writes:root", "writes:sub", "put:sub")}
     outcomes, opened = await run_race(
         race, _prepare_interrupted, _resume, held, _resume_handed, "sync"
     )
