@@ -249,6 +249,12 @@ def test_status_follows_runs_after_a_dead_holder(
     assert saver.threads.get(tid).status == "idle"
     assert tid in [t.thread_id for t in saver.threads.search(status="idle")]
     assert tid not in [t.thread_id for t in saver.threads.search(status="busy")]
+    # What the row itself says, not only what readers make of its lapsed
+    # lease: the runs after the dead holder set it, so a search's first,
+    # cheaper read takes it as it is (threads._quick_page).
+    with psycopg.connect(pg_url) as conn:
+        stored = conn.execute("SELECT status FROM colosseum_threads WHERE thread_id = %s", [tid])
+        assert stored.fetchone() == ("idle",)
 
     approval_graph(saver).invoke({"ticker": "AAPL"}, cfg(tid))
     assert tid in [t.thread_id for t in saver.threads.search(status="interrupted")]
