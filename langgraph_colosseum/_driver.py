@@ -193,42 +193,6 @@ def conflict_pause(conflicts: int) -> float:
 # cancelled task, Ctrl-C, a failure mid-way) that leaves the connection in
 # pipeline mode with replies unread closes it, so the pool replaces it
 # (psycopg's own wait first tries to cancel the query and read to the end).
-# _SHARED_COMMIT. A round trip of the asyncio saver carries several requests
-# at once (_coalesce.py). Each was its own implicit transaction, so each write
-# paid a commit, and the commits were a third of what Postgres spent on them:
-# conc-32's writes replayed on one connection six at a time took 389 us of
-# backend CPU a write committed one by one, 213 us committed six together.
-# So the writes of one round trip that take only their thread's shared write
-# locks (`Transaction.shared_write_lock`, every put and put_writes but those of
-# on_conflict="raise") commit as one implicit transaction: their locks first,
-# in one statement (sql.SHARED_WRITE_LOCKS), then each write's statements,
-# unchanged, in the order of their threads, and one Sync. What a caller sees
-# is unchanged:
-# - a write's outcome is read after the one commit, so a result is never of
-#   a write that is not kept;
-# - if any statement of them fails (or the commit does), all of them are
-#   rolled back, and each is sent again alone, its own transaction, in the
-#   next round trip: no write's outcome is another's;
-# - a connection lost before the Sync's reply is read is each one's loss, as
-#   for a request whose reply was not read (the drivers' retry).
-# Each write holds its thread's write lock until the one commit: a delete of
-# the thread waits for all of them, as for one write in flight, and the
-# writes that follow the delete see it (sql.WRITE_LOCK). The writes' locks
-# are taken in the order a delete of several threads takes its own, and the
-# rows in the order of their threads, so two such transactions, or one and a
-# delete, never each hold what the other waits for
-# (tests/integration/test_shared_commit.py). And a lock they wait for is
-# waited for at most SHARED_LOCK_TIMEOUT.
-
-# How long a shared transaction may wait for any one lock (SET LOCAL
-# lock_timeout). Each of its writes holds its thread's locks until the one
-# commit, so a wait of one (for a row a slow transaction holds, for a delete
-# of its thread) would hold up the writes, deletes and guards of the other
-# threads; and a statement that locks rows of several threads in an order of
-# its own (threads.CLEAR_EXPIRY, a user's UPDATE) could wait for them round a
-# cycle. Past it the transaction fails, and each write is sent again alone,
-# to wait for its own locks as long as it must.
-SHARED_LOCK_TIMEOUT = "50ms"
 _PLACEHOLDER = re.compile(r"%\((.*?)\)([sbt])|%%|%")
 _PLACEHOLDER_FORMATS = {"s": PyFormat.AUTO, "b": PyFormat.BINARY, "t": PyFormat.TEXT}
 _PIPELINE_SYNC = pq.ExecStatus.PIPELINE_SYNC
@@ -473,6 +437,43 @@ class Outcome(NamedTuple):
     error: BaseException | None
 
 
+# _SHARED_COMMIT. A round trip of the asyncio saver carries several requests
+# at once (_coalesce.py). Each was its own implicit transaction, so each write
+# paid a commit: conc-32's writes replayed on one connection took 389 us of
+# backend CPU a write committed one by one, 213 us committed six together.
+# So the writes of one round trip that take only their thread's shared write
+# locks (`Transaction.shared_write_lock`, every put and put_writes but those of
+# on_conflict="raise") commit as one implicit transaction: their locks first,
+# in one statement (sql.SHARED_WRITE_LOCKS), then each write's statements,
+# unchanged, in the order of their threads, and one Sync. What a caller sees
+# is unchanged:
+# - a write's outcome is read after the one commit, so a result is never of
+#   a write that is not kept;
+# - if any statement of them fails (or the commit does), all of them are
+#   rolled back, and each is sent again alone, its own transaction, in the
+#   next round trip: no write's outcome is another's;
+# - a connection lost before the Sync's reply is read is each one's loss, as
+#   for a request whose reply was not read (the drivers' retry).
+# Each write holds its thread's write lock until the one commit: a delete of
+# the thread waits for all of them, as for one write in flight, and the
+# writes that follow the delete see it (sql.WRITE_LOCK). The writes' locks
+# are taken in the order a delete of several threads takes its own, and the
+# rows in the order of their threads, so two such transactions, or one and a
+# delete, never each hold what the other waits for
+# (tests/integration/test_shared_commit.py). And a lock they wait for is
+# waited for at most SHARED_LOCK_TIMEOUT.
+#
+# How long a shared transaction may wait for any one lock (SET LOCAL
+# lock_timeout). Each of its writes holds its thread's locks until the one
+# commit, so a wait of one (for a row a slow transaction holds, for a delete
+# of its thread) would hold up the writes, deletes and guards of the other
+# threads; and a statement that locks rows of several threads in an order of
+# its own (threads.CLEAR_EXPIRY, a user's UPDATE) could wait for them round a
+# cycle. Past it the transaction fails, and each write is sent again alone,
+# to wait for its own locks as long as it must.
+SHARED_LOCK_TIMEOUT = "50ms"
+
+
 def _lean_begin(
     conn: Any,
     batch: list[tuple[Request, list[_Statement]]],
@@ -498,22 +499,25 @@ def _lean_begin(
             outcomes[index] = Outcome(None, exc)
         else:
             sent.append(index)
-    if not share:
+    if not share or len(sent) < 2:
         return sent, exchanges, None
-    locks = {k: _shared_write_lock(batch[index][0]) for k, index in enumerate(sent)}
-    together = [k for k, lock in locks.items() if lock is not None]
+    together = [
+        (k, lock)
+        for k, index in enumerate(sent)
+        if isinstance(request := batch[index][0], Transaction)
+        and (lock := request.shared_write_lock) is not None
+    ]
     if len(together) < 2:
         return sent, exchanges, None
     # In the order of their threads (a stable sort: one thread's writes keep
     # theirs): each write locks rows of its own thread, so two such
     # transactions lock the rows they both write in one order.
-    together.sort(key=lambda k: locks[k][0])  # type: ignore[index]
-    alone = [k for k in range(len(sent)) if locks[k] is None]
+    together.sort(key=lambda pair: pair[1][0])
     lock_query = Query(
         sql.SHARED_WRITE_LOCKS,
         {
-            "thread_ids": TextArray(locks[k][0] for k in together),  # type: ignore[index]
-            "run_ids": TextArray(locks[k][1] for k in together),  # type: ignore[index]
+            "thread_ids": TextArray(thread for _, (thread, _) in together),
+            "run_ids": TextArray(run for _, (_, run) in together),
             "lock_timeout": SHARED_LOCK_TIMEOUT,
         },
         fetch=False,
@@ -522,12 +526,9 @@ def _lean_begin(
     statement = _statement(lock_query.sql)
     assert statement is not None
     shared = _Shared(_lean_exchange(conn, lock_query, [statement]), len(together))
-    order = together + alone
+    first = [k for k, _ in together]
+    order = first + sorted(set(range(len(sent))) - set(first))
     return [sent[k] for k in order], [exchanges[k] for k in order], shared
-
-
-def _shared_write_lock(request: Request) -> tuple[str, str | None] | None:
-    return request.shared_write_lock if isinstance(request, Transaction) else None
 
 
 class _Shared(NamedTuple):
@@ -553,17 +554,17 @@ def _shared_replies(
 ) -> list[list[Any]] | None:
     """Each write's results, from their one transaction's; None when any
     statement failed (or the commit did): then none of them was kept."""
-    sizes = [len(exchange.steps) for exchange in exchanges[: shared.size]]
-    locks = len(shared.locks.steps)
-    _note_prepared(shared.locks, results[:locks])
-    replies, start = [], locks
-    for exchange, size in zip(exchanges, sizes):
-        replies.append(results[start : start + size])
-        _note_prepared(exchange, replies[-1])
-        start += size
+    start = len(shared.locks.steps)
+    _note_prepared(shared.locks, results[:start])
+    replies = []
+    for exchange in exchanges[: shared.size]:
+        replies.append(results[start : start + len(exchange.steps)])
+        start += len(exchange.steps)
     failed = any(r.status in (_FATAL_ERROR, _PIPELINE_ABORTED) for r in results)
     if not failed and start == len(results):
-        return replies
+        return replies  # each write's own statements are noted with its results
+    for exchange, reply in zip(exchanges, replies):
+        _note_prepared(exchange, reply)
     return None
 
 

@@ -1520,7 +1520,7 @@ GUARDS: list[Guard] = [
     Guard(
         name="shared commit: the writes run in the order of their threads",
         file="langgraph_colosseum/_driver.py",
-        original="    together.sort(key=lambda k: locks[k][0])  # type: ignore[index]\n",
+        original="    together.sort(key=lambda pair: pair[1][0])\n",
         mutant="\n",
         tests=(
             f"{SHARED_COMMIT}::test_two_shared_transactions_lock_the_rows_they_share_in_one_order",
@@ -1547,7 +1547,7 @@ GUARDS: list[Guard] = [
     Guard(
         name="run_guard: taking a thread waits for the writes that passed its fence",
         file="langgraph_colosseum/_core/threads.py",
-        original="            Query(TAKE_LOCK, thread, fetch=False),\n",
+        original='            Query(TAKE_LOCK, take_lock_params(params["thread_id"]), fetch=False),\n',
         mutant="",
         tests=(
             f"{SHARED_COMMIT}::test_a_guard_taken_while_a_write_is_in_flight_waits_for_its_commit",
@@ -1584,7 +1584,7 @@ GUARDS: list[Guard] = [
     Guard(
         name="runs: taking a thread waits for the writes that passed its fence",
         file="langgraph_colosseum/_core/multitask.py",
-        original='            Query(TAKE_LOCK, {"thread_id": params["thread_id"]}, fetch=False),\n',
+        original='            Query(TAKE_LOCK, take_lock_params(params["thread_id"]), fetch=False),\n',
         mutant="",
         tests=(
             f"{SHARED_COMMIT}::test_a_write_of_a_new_thread_checked_while_its_first_run_takes_it_is_refused",

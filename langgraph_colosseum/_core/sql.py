@@ -413,8 +413,9 @@ deleted AS (
 # holds the thread (run_guard) with a live lease; and a write made inside a
 # guard that no longer owns the thread with its token (lease lost: its lease
 # lapsed and another run took the thread, or the row is gone). The row is
-# locked (`fence`, KEY SHARE), so a guard taken meanwhile (threads.LOCK_THREAD
-# locks it FOR UPDATE before ACQUIRE) waits for this write's commit. A lease
+# locked (`fence`, KEY SHARE), and its thread's write lock held from before
+# the check to the commit (WRITE_LOCK), so a guard taken meanwhile waits for
+# this write's commit (threads.TAKE_LOCK). A lease
 # is judged at the statement's own time (statement_timestamp(), not now(), the
 # transaction's start: a write may have waited for its thread's lock, or run
 # after other writes of its transaction, _driver._SHARED_COMMIT).

@@ -19,7 +19,7 @@ from langgraph.checkpoint.serde.types import TASKS
 from langgraph_colosseum._core.crypt import RowSealError, write_aad
 from langgraph_colosseum._core.io import Operation, Query, Sleep, Transaction
 from langgraph_colosseum._core.keys import checked_key
-from langgraph_colosseum._core.sql import THREAD_LOCK_CLASS
+from langgraph_colosseum._core.sql import DELETE_LOCK
 from langgraph_colosseum._core.values import ValueCodec, Where, corrupt_row, refused
 from langgraph_colosseum.errors import (
     CodecError,
@@ -189,18 +189,24 @@ RETURNING {_THREAD_COLUMNS}
 LOCK_THREAD = "SELECT 1 FROM colosseum_threads WHERE thread_id = %(thread_id)s FOR UPDATE"
 
 # Taking a thread (run_guard's ACQUIRE, multitask's TAKE) first takes the
-# thread's write lock exclusively, as a delete does (sql.WRITE_LOCK): a write
-# holds it shared from before its fence is checked until its commit, so the
+# thread's write lock exclusively, with the statement a delete takes it with
+# (sql.DELETE_LOCK, params `take_lock_params`): a write holds it shared
+# (sql.WRITE_LOCK) from before its fence is checked until its commit, so the
 # writes in flight commit first, and those after wait for the taking to commit
 # and are judged by it. The upsert that takes the thread locks its row only
 # FOR NO KEY UPDATE, which a fence's KEY SHARE lock neither waits for nor holds
 # off, and a thread with no registry row yet has no row to lock at all: alone,
 # a write checked before the thread was taken could commit after it.
-TAKE_LOCK = f"SELECT pg_advisory_xact_lock({THREAD_LOCK_CLASS}, hashtext(%(thread_id)s))"
+TAKE_LOCK = DELETE_LOCK
+
+
+def take_lock_params(thread_id: str) -> dict[str, list[str]]:
+    return {"thread_ids": [thread_id]}
+
 
 # Take the thread when no live run holds it; the token fences the holder.
 # At the statement's time, not the transaction's start (now()), which was
-# before its wait for LOCK_THREAD: a lease dated from then is short by that wait.
+# before its wait for TAKE_LOCK: a lease dated from then is short by that wait.
 # The owner is unique to one guard: a thread held by it is this acquire's own
 # earlier success, sent again on a fresh connection after the reply of its
 # commit was lost (_driver.py); it is the guard's, with the same token.
@@ -475,10 +481,9 @@ def update(thread_id: str, metadata: Mapping[str, Any], codec: ValueCodec) -> Op
 
 def acquire_request(params: Mapping[str, Any]) -> Transaction:
     """Taking the thread for run_guard: its write lock, then ACQUIRE."""
-    thread = {"thread_id": params["thread_id"]}
     return Transaction(
         (
-            Query(TAKE_LOCK, thread, fetch=False),
+            Query(TAKE_LOCK, take_lock_params(params["thread_id"]), fetch=False),
             Query(ACQUIRE, params),
         )
     )

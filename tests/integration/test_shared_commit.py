@@ -200,6 +200,18 @@ async def test_puts_sent_together_commit_together_and_each_reads_back_as_put(
     assert len(set(await xmins(pg_url, threads))) == 1
 
 
+async def test_writes_of_on_conflict_raise_each_commit_alone(pg_url: str) -> None:
+    """README: writes of on_conflict="raise" take their thread's head lock
+    exclusively, and each commits alone: puts of three threads gathered on one
+    connection share a round trip, not a transaction (three xmins)."""
+    threads = ids("a", "b", "c")
+    async with AsyncColosseumSaver.from_conn_string(
+        pg_url, max_size=1, on_conflict="raise"
+    ) as saver:
+        await asyncio.gather(*(put(saver, t, i) for i, t in enumerate(threads)))
+    assert len(set(await xmins(pg_url, threads))) == 3
+
+
 class Retries:
     """An io.observer that only records why requests were sent again."""
 
