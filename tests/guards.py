@@ -153,14 +153,19 @@ GUARDS: list[Guard] = [
         file="langgraph_colosseum/_core/hot.py",
         original="if redis.call('HGET', key, 'seq') ~= ARGV[3] then return 0 end",
         mutant="-- (guard removed)",
-        tests=(f"{GUARD_TESTS}::test_a_refill_loses_to_a_write_in_between",),
+        tests=(
+            f"{GUARD_TESTS}::test_a_refill_loses_to_a_write_in_between",
+            f"{GUARD_TESTS}::test_a_refill_loses_to_a_write_in_between_on_a_hash_of_the_writes_epoch",
+        ),
     ),
     Guard(
         name="hot head: every write bumps the mutation counter",
         file="langgraph_colosseum/_core/hot.py",
         original="redis.call('HINCRBY', key, 'seq', 1)",
         mutant="-- (guard removed)",
-        tests=(f"{GUARD_TESTS}::test_a_refill_loses_to_a_write_in_between",),
+        tests=(
+            f"{GUARD_TESTS}::test_a_refill_loses_to_a_write_in_between_on_a_hash_of_the_writes_epoch",
+        ),
     ),
     Guard(
         name="hot head: a read misses while the head awaits writes committed before its put",

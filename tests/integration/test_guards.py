@@ -93,15 +93,15 @@ def new_thread(name: str) -> str:
     return f"{name}-{uuid.uuid4().hex[:10]}"
 
 
-def latest(thread_id: str) -> dict:
-    return {"configurable": {"thread_id": thread_id, "checkpoint_ns": ""}}
+def latest(thread_id: str, ns: str = "") -> dict:
+    return {"configurable": {"thread_id": thread_id, "checkpoint_ns": ns}}
 
 
-def at(thread_id: str, checkpoint_id: str | None) -> dict:
+def at(thread_id: str, checkpoint_id: str | None, ns: str = "") -> dict:
     return {
         "configurable": {
             "thread_id": thread_id,
-            "checkpoint_ns": "",
+            "checkpoint_ns": ns,
             "checkpoint_id": checkpoint_id,
         }
     }
@@ -111,8 +111,9 @@ class Steps:
     """Successive checkpoints of one thread whose every step rewrites channel `x`,
     so each put carries all it changed and the hot head can advance onto it."""
 
-    def __init__(self, thread_id: str) -> None:
+    def __init__(self, thread_id: str, ns: str = "") -> None:
         self.thread_id = thread_id
+        self.ns = ns
         self.version: str | None = None
         self.ids: list[str] = []
 
@@ -127,17 +128,17 @@ class Steps:
         parent = self.ids[-1] if self.ids else None
         self.ids.append(checkpoint["id"])
         metadata = {"source": "loop", "step": len(self.ids), "parents": {}}
-        return at(self.thread_id, parent), checkpoint, metadata, {"x": self.version}
+        return at(self.thread_id, parent, self.ns), checkpoint, metadata, {"x": self.version}
 
     def put(self, saver: ColosseumSaver, value: Any) -> str:
         saver.put(*self.next(saver, value))
         return self.ids[-1]
 
 
-def read_from_redis_only(saver: Steered, thread_id: str) -> Any:
+def read_from_redis_only(saver: Steered, thread_id: str, ns: str = "") -> Any:
     """The latest tuple, asserting that Redis served it (no Postgres request)."""
     saver.requests.clear()
-    found = saver.get_tuple(latest(thread_id))
+    found = saver.get_tuple(latest(thread_id, ns))
     postgres = [r for r in saver.requests if isinstance(r, (Query, Transaction))]
     assert not postgres, f"expected a hot-head hit, Postgres was asked: {postgres}"
     return found
@@ -174,35 +175,31 @@ def test_an_older_advance_never_replaces_a_newer_head(pg_url: str) -> None:
 # ---------------------------------------------- 3. a refill loses to a write
 
 
-@pytest.mark.parametrize("write", ["put", "put_writes"])
-def test_a_refill_loses_to_a_write_in_between(pg_url: str, write: str) -> None:
-    """A reader misses and reads Postgres; a writer commits; only then does the
-    reader's refill reach Redis. Held by the mutation counter: every write bumps
-    `seq` (begin_write) and REFILL compares it with the one the miss noted."""
-    truncate(pg_url)
-    thread_id = new_thread(f"refill-{write}")
-    steps = Steps(thread_id)
+def refill_races_a_write(pg_url: str, write: str, steps: Steps) -> None:
+    """A reader of `steps`' namespace misses and reads Postgres; a writer commits
+    there; only then does the reader's refill reach Redis. Afterwards the head
+    must be the writer's: the first read misses (the refill was refused) and
+    refills from Postgres, the second is served by Redis."""
+    thread_id, ns = steps.thread_id, steps.ns
     with worker(pg_url) as writer, worker(pg_url) as reader, worker(pg_url) as checker:
-        steps.put(writer, "c1")  # no head yet: the hash is only created by a reader
+        steps.put(writer, "c1")
 
         def write_in_between() -> None:
             if write == "put":
                 steps.put(writer, "c2")
             else:
-                writer.put_writes(at(thread_id, steps.ids[0]), [("x", "late")], "task-1")
+                writer.put_writes(at(thread_id, steps.ids[0], ns), [("x", "late")], "task-1")
 
         reader.before = hook = Once(cache_script("refill"), write_in_between)
-        seen = reader.get_tuple(latest(thread_id))
+        seen = reader.get_tuple(latest(thread_id, ns))
         assert hook.fired
         assert seen is not None and seen.checkpoint["id"] == steps.ids[0]
         assert seen.pending_writes == []  # what Postgres held when the reader read it
         assert isinstance(reader.requests[-1], CacheCall)
         assert reader.requests[-1].script == "refill"
 
-        # The head must be the writer's: the first read misses (the refill was
-        # refused) and refills from Postgres; the second is served by Redis.
-        first = checker.get_tuple(latest(thread_id))
-        second = read_from_redis_only(checker, thread_id)
+        first = checker.get_tuple(latest(thread_id, ns))
+        second = read_from_redis_only(checker, thread_id, ns)
         for found in (first, second):
             assert found is not None
             if write == "put":
@@ -211,6 +208,33 @@ def test_a_refill_loses_to_a_write_in_between(pg_url: str, write: str) -> None:
             else:
                 assert found.checkpoint["id"] == steps.ids[0]
                 assert found.pending_writes == [("task-1", "x", "late")]
+
+
+@pytest.mark.parametrize("write", ["put", "put_writes"])
+def test_a_refill_loses_to_a_write_in_between(pg_url: str, write: str) -> None:
+    """The thread has no hash yet (only a reader creates one), so the reader's
+    miss creates it bare. Held twice: the write's script finds a hash of no
+    deletion epoch and drops it (`epoch_differs`), and REFILL compares `seq`."""
+    truncate(pg_url)
+    refill_races_a_write(pg_url, write, Steps(new_thread(f"refill-{write}")))
+
+
+@pytest.mark.parametrize("write", ["put", "put_writes"])
+def test_a_refill_loses_to_a_write_in_between_on_a_hash_of_the_writes_epoch(
+    pg_url: str, write: str
+) -> None:
+    """The same race in a subgraph namespace of a thread whose hash already
+    holds its root head, so the hash is of the write's deletion epoch and the
+    write's script applies to it instead of dropping it: the namespace has no
+    head, so the script only bumps the counter. Held by that bump alone
+    (every write bumps `seq`) and REFILL's compare of it."""
+    truncate(pg_url)
+    thread_id = new_thread(f"refill-ns-{write}")
+    with worker(pg_url) as writer, worker(pg_url) as reader:
+        Steps(thread_id).put(writer, "root")
+        reader.get_tuple(latest(thread_id))  # a miss: the hash is refilled at its epoch
+        assert read_from_redis_only(reader, thread_id).checkpoint["channel_values"] == {"x": "root"}
+    refill_races_a_write(pg_url, write, Steps(thread_id, ns="child:1"))
 
 
 # ------------------------------------------ 1. a live tool claim is not taken
