@@ -30,12 +30,16 @@ The four `multitask_strategy` values are four ways of taking the thread:
   before it set them (`colosseum_threads.metadata_undo`), before the new run
   writes anything.
 
-Taking the thread locks its row FOR UPDATE (as run_guard's ACQUIRE does),
-which waits for the puts in flight that hold it FOR KEY SHARE: a put either
-committed before the take (and is kept, or rolled back) or is judged against
-the new owner (and refused). Nothing here holds a session: no advisory lock,
-no prepared statement, so it works through PgBouncer in transaction mode
-(where LISTEN cannot be used and waiters poll instead, see `Listen`).
+Taking the thread first takes its write lock exclusively (threads.TAKE_LOCK,
+as run_guard's ACQUIRE and a delete do), which waits for the writes in
+flight: each holds it shared from before its fence is checked until its
+commit. So a put either committed before the take (and is kept, or rolled
+back) or is judged against the new owner (and refused). The take then locks
+the thread row FOR UPDATE, as every transaction that changes the queue or
+the thread does (see WAKE). Nothing here holds a session: its advisory locks
+are the transaction's own (released at its commit) and no statement is
+prepared, so it works through PgBouncer in transaction mode (where LISTEN
+cannot be used and waiters poll instead, see `Listen`).
 """
 
 from __future__ import annotations
