@@ -6,7 +6,8 @@ stime of the run database's client backends from /proc), statements and
 server time (`pg_stat_statements`, when the server preloads it), round trips
 (counted in psycopg, see `_count_round_trips`) and Redis commands
 (`INFO commandstats`, on a private server only) and the Redis server's CPU
-(`INFO cpu`, idem).
+(`INFO cpu`, idem), and the WAL Postgres wrote (`pg_current_wal_lsn()`, on the
+run's private server only: it is server-wide).
 """
 
 from __future__ import annotations
@@ -148,13 +149,21 @@ class Bench:
     """The run's database and the table lists of the two Postgres savers.
 
     `admin_url` names the server; `redis_url` the Redis of the hot head cells;
-    `private_redis` says that server is this run's own (its counters may be reset).
+    `private_redis` says that server is this run's own (its counters may be reset);
+    `private_postgres` the same of the PostgreSQL (its server-wide WAL is the run's).
     """
 
-    def __init__(self, admin_url: str, redis_url: str = REDIS_URL, private_redis: bool = False):
+    def __init__(
+        self,
+        admin_url: str,
+        redis_url: str = REDIS_URL,
+        private_redis: bool = False,
+        private_postgres: bool = False,
+    ):
         self.admin_url = admin_url
         self.redis_url = redis_url
         self.private_redis = private_redis
+        self.private_postgres = private_postgres
         self.name = f"colosseum_bench_{uuid.uuid4().hex[:10]}"
         self.url = conninfo.make_conninfo(admin_url, dbname=self.name)
         self.tables: dict[str, tuple[str, ...]] = {}
@@ -299,6 +308,21 @@ class Bench:
             ],
         }
 
+    def wal_position(self) -> int | None:
+        """Bytes of WAL the server has written so far (private server only).
+
+        Server-wide, so it counts only on a server nobody else writes to. Exact
+        (the insert position), unlike pg_stat_wal and pg_stat_io, which each
+        backend reports late, up to a second after its statements.
+        """
+        if not self.private_postgres:
+            return None
+        assert self.monitor is not None
+        row = self.monitor.execute(
+            "SELECT pg_wal_lsn_diff(pg_current_wal_insert_lsn(), '0/0')::bigint"
+        ).fetchone()
+        return int(row[0])
+
     def redis_cpu(self) -> float | None:
         """CPU seconds (user + system) of the Redis server so far (private server only)."""
         if not self.private_redis:
@@ -394,6 +418,7 @@ class Meter:
         self.bench.redis_commands(reset=True)
         self.backends = self.bench.backend_cpu()
         self.redis_cpu = self.bench.redis_cpu()
+        self.wal = self.bench.wal_position()
         self.round_trips = ROUND_TRIPS[0]
         self.wall = time.perf_counter()
         self.cpu = time.process_time()
@@ -409,6 +434,7 @@ class Meter:
         statements = self.bench.read_statements()
         redis_calls = self.bench.redis_commands()
         redis_cpu = self.bench.redis_cpu()
+        wal = self.bench.wal_position()
         self.figures = {
             "client_cpu_s": cpu,
             "wall_s": wall,
@@ -426,6 +452,7 @@ class Meter:
                 if redis_cpu is not None and self.redis_cpu is not None
                 else None
             ),
+            "wal_bytes": wal - self.wal if wal is not None and self.wal is not None else None,
         }
 
     def per(self, n: int) -> dict[str, Any]:

@@ -43,6 +43,7 @@ def cost_figures(prefix: str, unit: str) -> list[tuple[str, str, str]]:
         (f"{prefix}.pg_plan_ms", f"server planning ms per {unit}", "f"),
         (f"{prefix}.pg_exec_ms", f"server execution ms per {unit}", "f"),
         (f"{prefix}.redis_commands", f"Redis commands per {unit}", "f"),
+        (f"{prefix}.wal_bytes", f"WAL bytes per {unit}", "bytes"),
     ]
 
 

@@ -155,12 +155,23 @@ def main(argv: list[str] | None = None) -> int:
     started = time.perf_counter()
     results: dict[str, Any] = {}
     with contextlib.ExitStack() as servers:
-        admin_url, redis_url, private_redis_url = ADMIN_URL, REDIS_URL, None
+        admin_url, redis_url, private_admin_url, private_redis_url = (
+            ADMIN_URL,
+            REDIS_URL,
+            None,
+            None,
+        )
         if not args.shared_servers:
-            admin_url = servers.enter_context(private_postgres(log)) or ADMIN_URL
+            private_admin_url = servers.enter_context(private_postgres(log))
+            admin_url = private_admin_url or ADMIN_URL
             private_redis_url = servers.enter_context(private_redis(log))
             redis_url = private_redis_url or REDIS_URL
-        bench = Bench(admin_url, redis_url, private_redis=private_redis_url is not None)
+        bench = Bench(
+            admin_url,
+            redis_url,
+            private_redis=private_redis_url is not None,
+            private_postgres=private_admin_url is not None,
+        )
         log(f"database {bench.name} on {conninfo.conninfo_to_dict(admin_url).get('port', '?')}")
         bench.create()
         bouncer = servers.enter_context(private_pgbouncer(admin_url, log))
