@@ -6,7 +6,7 @@ stime of the run database's client backends from /proc), statements and
 server time (`pg_stat_statements`, when the server preloads it), round trips
 (counted in psycopg, see `_count_round_trips`) and Redis commands
 (`INFO commandstats`, on a private server only) and the Redis server's CPU
-(`INFO cpu`, idem), and the WAL Postgres wrote (`pg_current_wal_lsn()`, on the
+(`INFO cpu`, idem), and the WAL Postgres wrote (`pg_current_wal_insert_lsn()`, on the
 run's private server only: it is server-wide).
 """
 

@@ -155,12 +155,8 @@ def main(argv: list[str] | None = None) -> int:
     started = time.perf_counter()
     results: dict[str, Any] = {}
     with contextlib.ExitStack() as servers:
-        admin_url, redis_url, private_admin_url, private_redis_url = (
-            ADMIN_URL,
-            REDIS_URL,
-            None,
-            None,
-        )
+        admin_url, redis_url = ADMIN_URL, REDIS_URL
+        private_admin_url = private_redis_url = None
         if not args.shared_servers:
             private_admin_url = servers.enter_context(private_postgres(log))
             admin_url = private_admin_url or ADMIN_URL

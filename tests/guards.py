@@ -1552,7 +1552,7 @@ GUARDS: list[Guard] = [
     Guard(
         name="run_guard: taking a thread waits for the writes that passed its fence",
         file="langgraph_colosseum/_core/threads.py",
-        original='            Query(TAKE_LOCK, take_lock_params(params["thread_id"]), fetch=False),\n',
+        original='            take_lock(params["thread_id"]),\n',
         mutant="",
         tests=(
             f"{SHARED_COMMIT}::test_a_guard_taken_while_a_write_is_in_flight_waits_for_its_commit",
@@ -1589,7 +1589,7 @@ GUARDS: list[Guard] = [
     Guard(
         name="runs: taking a thread waits for the writes that passed its fence",
         file="langgraph_colosseum/_core/multitask.py",
-        original='            Query(TAKE_LOCK, take_lock_params(params["thread_id"]), fetch=False),\n',
+        original='            take_lock(params["thread_id"]),\n',
         mutant="",
         tests=(
             f"{SHARED_COMMIT}::test_a_write_of_a_new_thread_checked_while_its_first_run_takes_it_is_refused",

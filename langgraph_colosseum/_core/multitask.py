@@ -53,7 +53,7 @@ from typing import Any, Literal
 
 from langgraph_colosseum._core.io import AwaitNotify, Listen, Operation, Query, Transaction
 from langgraph_colosseum._core.keys import checked_key
-from langgraph_colosseum._core.threads import LOCK_THREAD, RELEASE, TAKE_LOCK, take_lock_params
+from langgraph_colosseum._core.threads import LOCK_THREAD, RELEASE, take_lock
 from langgraph_colosseum.errors import (
     InvalidConfigError,
     RunInterruptedError,
@@ -462,7 +462,7 @@ def take_request(params: dict[str, Any]) -> Transaction:
     threads.TAKE_LOCK), its row, then TAKE."""
     return Transaction(
         (
-            Query(TAKE_LOCK, take_lock_params(params["thread_id"]), fetch=False),
+            take_lock(params["thread_id"]),
             Query(ENSURE_THREAD, params, fetch=False),
             Query(LOCK_THREAD, params),
             Query(TAKE, params),

@@ -415,10 +415,10 @@ deleted AS (
 # lapsed and another run took the thread, or the row is gone). The row is
 # locked (`fence`, KEY SHARE), and its thread's write lock held from before
 # the check to the commit (WRITE_LOCK), so a guard taken meanwhile waits for
-# this write's commit (threads.TAKE_LOCK). A lease
-# is judged at the statement's own time (statement_timestamp(), not now(), the
-# transaction's start: a write may have waited for its thread's lock, or run
-# after other writes of its transaction, _driver._SHARED_COMMIT).
+# this write's commit (threads.TAKE_LOCK). A lease is judged at the
+# statement's own time (statement_timestamp(), not now(), the transaction's
+# start: a write may have waited for its thread's lock, or run after other
+# writes of its transaction, _driver._SHARED_COMMIT).
 _FENCED = """
 fenced AS (
     SELECT 1 FROM fence

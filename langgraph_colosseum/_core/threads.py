@@ -190,7 +190,7 @@ LOCK_THREAD = "SELECT 1 FROM colosseum_threads WHERE thread_id = %(thread_id)s F
 
 # Taking a thread (run_guard's ACQUIRE, multitask's TAKE) first takes the
 # thread's write lock exclusively, with the statement a delete takes it with
-# (sql.DELETE_LOCK, params `take_lock_params`): a write holds it shared
+# (sql.DELETE_LOCK; `take_lock`): a write holds it shared
 # (sql.WRITE_LOCK) from before its fence is checked until its commit, so the
 # writes in flight commit first, and those after wait for the taking to commit
 # and are judged by it. The upsert that takes the thread locks its row only
@@ -200,8 +200,9 @@ LOCK_THREAD = "SELECT 1 FROM colosseum_threads WHERE thread_id = %(thread_id)s F
 TAKE_LOCK = DELETE_LOCK
 
 
-def take_lock_params(thread_id: str) -> dict[str, list[str]]:
-    return {"thread_ids": [thread_id]}
+def take_lock(thread_id: str) -> Query:
+    """TAKE_LOCK of one thread, the first statement of a transaction that takes it."""
+    return Query(TAKE_LOCK, {"thread_ids": [thread_id]}, fetch=False)
 
 
 # Take the thread when no live run holds it; the token fences the holder.
@@ -483,7 +484,7 @@ def acquire_request(params: Mapping[str, Any]) -> Transaction:
     """Taking the thread for run_guard: its write lock, then ACQUIRE."""
     return Transaction(
         (
-            Query(TAKE_LOCK, take_lock_params(params["thread_id"]), fetch=False),
+            take_lock(params["thread_id"]),
             Query(ACQUIRE, params),
         )
     )
