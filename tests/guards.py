@@ -1404,6 +1404,30 @@ GUARDS: list[Guard] = [
         tests=(f"{RUNS_LOCK_ORDER}::test_a_finish_waiting_for_the_thread_row_holds_no_run_record",),
     ),
     Guard(
+        name="runs: a take reads the thread row only once every holder of it has committed",
+        file="langgraph_colosseum/_core/multitask.py",
+        original="            Query(LOCK_THREAD, params),\n            Query(TAKE, params),\n",
+        mutant="            Query(TAKE, params),\n",
+        tests=(f"{RUNS_LOCK_ORDER}::test_a_take_arriving_while_the_holder_ends_waits_for_its_end",),
+    ),
+    Guard(
+        name="runs: a rollback locks the thread row before the stopped run's record",
+        file="langgraph_colosseum/_core/multitask.py",
+        original='                Query(LOCK_THREAD, {"thread_id": thread_id}),\n',
+        mutant="",
+        tests=(
+            f"{RUNS_LOCK_ORDER}::test_a_rollback_waiting_for_the_thread_row_holds_no_run_record",
+        ),
+    ),
+    Guard(
+        name="runs: a cancel locks the thread row before the records of the runs it stops",
+        file="langgraph_colosseum/_core/multitask.py",
+        original="        Query(LOCK_THREAD, params),\n        Query(CANCEL, params),\n",
+        # The same statement locking no row, so the replies keep their places.
+        mutant='        Query(LOCK_THREAD, {"thread_id": None}),\n        Query(CANCEL, params),\n',
+        tests=(f"{RUNS_LOCK_ORDER}::test_a_cancel_waiting_for_the_thread_row_holds_no_run_record",),
+    ),
+    Guard(
         name="read memo: Postgres leaves a checkpoint out only while its digest is the one sent",
         file="langgraph_colosseum/_core/sql.py",
         original="d.memo_digest = %(memo)s::bytea AS remembered",
