@@ -60,6 +60,7 @@ RUNS_LOCK_ORDER = "tests/integration/test_runs_lock_order.py"
 READ_MEMO = "tests/integration/test_read_memo.py"
 LIST_AHEAD = "tests/integration/test_list_ahead.py"
 SHARED_COMMIT = "tests/integration/test_shared_commit.py"
+COPY_RACES = "tests/integration/test_copy_races.py"
 LAPSED_PAGES = (
     "tests/integration/test_threads.py"
     "::test_search_and_count_read_each_row_as_its_lease_says_on_every_page[postgres]"
@@ -1426,6 +1427,15 @@ GUARDS: list[Guard] = [
         # The same statement locking no row, so the replies keep their places.
         mutant='        Query(LOCK_THREAD, {"thread_id": None}),\n        Query(CANCEL, params),\n',
         tests=(f"{RUNS_LOCK_ORDER}::test_a_cancel_waiting_for_the_thread_row_holds_no_run_record",),
+    ),
+    Guard(
+        name="copy: both threads' write locks, exclusive, before the copy's first statement",
+        file="langgraph_colosseum/_core/store.py",
+        original="queries = [lock, *(Query(q, params, fetch=False) for q in statements)]",
+        mutant="queries = [Query(q, params, fetch=False) for q in statements]",
+        tests=(
+            f"{COPY_RACES}::test_a_copy_racing_a_removal_of_its_source_is_the_source_as_it_was",
+        ),
     ),
     Guard(
         name="read memo: Postgres leaves a checkpoint out only while its digest is the one sent",

@@ -1464,36 +1464,53 @@ class CheckpointStore:
         the source (or the source's own lineage) as the thread its tool calls
         are keyed by, so a call the source recorded is not run again on the
         copy, and the copy's `current_idempotency_key()` is the source's.
+
+        Both threads' write locks are held exclusive (DELETE_LOCK, in its key
+        order) from the copy's first statement: each statement sees the
+        database as of its own start, and a deletion or prune of the source
+        committing between the checkpoints' statement and the values' would
+        leave the target with checkpoints whose values were never copied.
+        Writes to either thread wait for the copy, as they wait for a deletion.
         """
         params = {
             "source": checked_key("thread_id", str(source_thread_id)),
             "target": checked_key("thread_id", str(target_thread_id)),
         }
+        lock = Query(
+            sql.DELETE_LOCK, {"thread_ids": [params["source"], params["target"]]}, fetch=False
+        )
         self.forget_threads([params["target"]])
         statements = sql.COPY_THREAD
         if self.codec.encryption is not None:
             # Each row is bound to its thread (the AES-GCM associated data):
             # the copy is opened and sealed again for the target.
-            params.update((yield from self._resealed_copy(params["source"], params["target"])))
+            params.update(
+                (yield from self._resealed_copy(params["source"], params["target"], lock))
+            )
             statements = (sql.COPY_THREAD[0], *sql.COPY_SEALED, sql.COPY_THREAD[-1])
-        queries = [Query(q, params, fetch=False) for q in statements]
+        queries = [lock, *(Query(q, params, fetch=False) for q in statements)]
         asked_at = self._clock()
         results = yield Transaction(self._reading_incarnation(queries))
         yield from self._drop_heads([params["target"]], results, asked_at)
 
-    def _resealed_copy(self, source: str, target: str) -> Operation[dict[str, list]]:
+    def _resealed_copy(self, source: str, target: str, lock: Query) -> Operation[dict[str, list]]:
         """The source thread's rows opened and sealed for `target`: COPY_SEALED's
-        arrays. A row that does not open is refused (`CorruptRowError`), not copied."""
+        arrays. A row that does not open is refused (`CorruptRowError`), not copied.
+        Read under `lock` (copy_thread's), so that the four reads are of one
+        moment of the source."""
         read = {"source": source}
-        checkpoints, values, writes, histories = yield Transaction(
-            tuple(
-                Query(q, read)
-                for q in (
-                    sql.COPY_READ_CHECKPOINTS,
-                    sql.COPY_READ_VALUES,
-                    sql.COPY_READ_WRITES,
-                    sql.COPY_READ_HISTORIES,
-                )
+        _, checkpoints, values, writes, histories = yield Transaction(
+            (
+                lock,
+                *(
+                    Query(q, read)
+                    for q in (
+                        sql.COPY_READ_CHECKPOINTS,
+                        sql.COPY_READ_VALUES,
+                        sql.COPY_READ_WRITES,
+                        sql.COPY_READ_HISTORIES,
+                    )
+                ),
             )
         )
 
