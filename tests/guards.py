@@ -254,6 +254,41 @@ GUARDS: list[Guard] = [
         tests=(f"{GUARD_TESTS}::test_the_sweep_spares_a_thread_written_after_it_was_chosen",),
     ),
     Guard(
+        name="sweep: a keep_latest prune removes checkpoints only of threads still expired",
+        file="langgraph_colosseum/_core/sql.py",
+        original=(
+            " WHERE NOT %(only_expired)s::boolean OR u.thread_id IN (\n"
+            "     SELECT thread_id FROM colosseum_threads WHERE expires_at < now())) AS k"
+        ),
+        mutant=" WHERE %(only_expired)s::boolean IS NOT NULL) AS k",
+        tests=(
+            f"{GUARD_TESTS}"
+            "::test_the_keep_latest_sweep_spares_the_history_of_a_thread_written_after_it_was_chosen",
+        ),
+    ),
+    Guard(
+        name="sweep: a keep_latest sweep asks its prune for the threads still expired",
+        file="langgraph_colosseum/_core/threads.py",
+        original='thread_ids, "keep_latest", retention.keep_last or 1, only_expired=True',
+        mutant='thread_ids, "keep_latest", retention.keep_last or 1, only_expired=False',
+        tests=(
+            f"{GUARD_TESTS}"
+            "::test_the_keep_latest_sweep_spares_the_history_of_a_thread_written_after_it_was_chosen",
+        ),
+    ),
+    Guard(
+        name="sweep: the thread row is locked before a keep_latest prune",
+        file="langgraph_colosseum/_core/store.py",
+        original=(
+            "            queries.append(Query(LOCK_STILL_EXPIRED, "
+            '{"thread_ids": thread_list}, fetch=False))\n'
+        ),
+        mutant="            pass\n",
+        tests=(
+            f"{GUARD_TESTS}::test_the_sweep_locks_the_thread_before_deleting_its_rows[keep_latest]",
+        ),
+    ),
+    Guard(
         name="sweep: the thread row is locked before its rows are deleted",
         file="langgraph_colosseum/_core/threads.py",
         original="AND expires_at < now()\nFOR UPDATE",

@@ -1286,9 +1286,15 @@ FROM unnest(%(seqs)b::int[], %(task_ids)b::text[], %(encodings)b::text[],
 ON CONFLICT DO NOTHING
 """
 
+# The kept checkpoint of each namespace. The retention sweep prunes only the
+# threads still expired (`only_expired`), checked under the prune's locks: a
+# thread written (or read, which pushes its expiry back) since the sweep chose
+# it is live again, and keeps its whole history.
 _KEPT = """
-unnest(%(kept_threads)b::text[], %(kept_namespaces)b::text[], %(kept_ids)b::text[])
-    AS k(thread_id, checkpoint_ns, checkpoint_id)
+(SELECT * FROM unnest(%(kept_threads)b::text[], %(kept_namespaces)b::text[], %(kept_ids)b::text[])
+     AS u(thread_id, checkpoint_ns, checkpoint_id)
+ WHERE NOT %(only_expired)s::boolean OR u.thread_id IN (
+     SELECT thread_id FROM colosseum_threads WHERE expires_at < now())) AS k
 """
 
 # Older than the kept checkpoint of the same namespace. A checkpoint that a

@@ -1586,13 +1586,21 @@ class CheckpointStore:
         return out
 
     def prune(
-        self, thread_ids: Sequence[str], strategy: str = "keep_latest", keep: int = 1
+        self,
+        thread_ids: Sequence[str],
+        strategy: str = "keep_latest",
+        keep: int = 1,
+        only_expired: bool = False,
     ) -> Operation[None]:
         """Keep the `keep` newest checkpoints per namespace (or delete everything).
 
         DeltaChannel-safe: before ancestors go, the history the oldest kept
         checkpoint is rebuilt from is frozen into `colosseum_delta_histories`;
         the later kept ones rebuild through it.
+
+        `only_expired` (the retention sweep): of `thread_ids`, only those still
+        expired under the prune's locks lose checkpoints (the others' kept values
+        may still be rewritten as full rows, the same values).
         """
         if keep < 1:
             raise ValueError(f"prune keeps at least one checkpoint, not {keep}")
@@ -1609,12 +1617,17 @@ class CheckpointStore:
             return
         self.forget_threads(thread_list)
         queries = [Query(sql.DELETE_LOCK, {"thread_ids": thread_list}, fetch=False)]
+        if only_expired:  # the rows of the threads still expired, as the sweep's delete
+            from langgraph_colosseum._core.threads import LOCK_STILL_EXPIRED
+
+            queries.append(Query(LOCK_STILL_EXPIRED, {"thread_ids": thread_list}, fetch=False))
         queries += yield from self._freeze_histories([row[:4] for row in kept])
         queries += yield from self._compact(kept)
         kept_params = {
             "kept_threads": [row[0] for row in kept],
             "kept_namespaces": [row[1] for row in kept],
             "kept_ids": [row[2] for row in kept],
+            "only_expired": only_expired,
         }
         queries += [Query(q, kept_params, fetch=False) for q in sql.PRUNE_KEEP_LATEST]
         queries.append(

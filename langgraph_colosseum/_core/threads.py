@@ -710,7 +710,9 @@ def sweep(store: Any, retention: Retention) -> Operation[int]:
         if retention.strategy == "delete":
             yield from store.delete_threads(thread_ids, only_expired=True)
         else:
-            yield from store.prune(thread_ids, "keep_latest", retention.keep_last or 1)
+            yield from store.prune(
+                thread_ids, "keep_latest", retention.keep_last or 1, only_expired=True
+            )
             yield Query(CLEAR_EXPIRY, {"thread_ids": thread_ids}, fetch=False)
         swept += len(thread_ids)
         if len(thread_ids) < retention.batch_size:

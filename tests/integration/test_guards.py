@@ -407,6 +407,60 @@ def test_the_sweep_spares_a_thread_written_after_it_was_chosen(pg_url: str) -> N
         assert found is not None and found.checkpoint["id"] == live_steps.ids[-1]
 
 
+def test_the_keep_latest_sweep_spares_the_history_of_a_thread_written_after_it_was_chosen(
+    pg_url: str,
+) -> None:
+    """As above, with `strategy="keep_latest"`: the sweep selects expired
+    threads, then prunes them in a transaction. A put between the two makes the
+    thread live again, and a live thread keeps its whole history (time travel
+    to every step) and its expiry; the idle one is pruned to its newest
+    checkpoint. Held by the re-check of expiry under the prune's lock
+    (PRUNE_KEEP_LATEST's `expiring` condition)."""
+    truncate(pg_url)
+    retention = Retention(thread_ttl=timedelta(hours=1), strategy="keep_latest")
+    live, idle = new_thread("prune-live"), new_thread("prune-idle")
+    live_steps, idle_steps = Steps(live), Steps(idle)
+    with (
+        worker(pg_url, hot=True, retention=retention) as sweeper,
+        worker(pg_url, hot=True, retention=retention) as writer,
+        worker(pg_url, hot=False) as truth,
+    ):
+        for i in range(3):
+            live_steps.put(writer, f"live {i}")
+            idle_steps.put(writer, f"idle {i}")
+        with psycopg.connect(pg_url, autocommit=True) as conn:
+            conn.execute(
+                "UPDATE colosseum_threads SET expires_at = now() - interval '1 minute' "
+                "WHERE thread_id = ANY(%s)",
+                ([live, idle],),
+            )
+
+        sweeper.before = hook = Once(
+            lambda request: isinstance(request, Transaction),
+            lambda: live_steps.put(writer, "live 3"),
+        )
+        sweeper.sweep()
+        assert hook.fired
+
+        assert [t.checkpoint["channel_values"] for t in truth.list(latest(idle))] == [
+            {"x": "idle 2"}
+        ]
+        history = list(truth.list(latest(live)))
+        assert [t.checkpoint["id"] for t in history] == live_steps.ids[::-1]
+        assert [t.checkpoint["channel_values"] for t in history] == [
+            {"x": f"live {i}"} for i in (3, 2, 1, 0)
+        ]
+        with psycopg.connect(pg_url, autocommit=True) as conn:
+            expiry = dict(
+                conn.execute(
+                    "SELECT thread_id, expires_at > now() FROM colosseum_threads"
+                    " WHERE thread_id = ANY(%s)",
+                    ([live, idle],),
+                ).fetchall()
+            )
+        assert expiry == {live: True, idle: None}  # the idle one is kept without expiry
+
+
 # ----------------------------------------------------- 6. pending-write order
 
 # Tasks whose ids sort opposite to their paths (writes are applied in path order,
@@ -455,17 +509,20 @@ def test_pending_writes_come_back_in_the_order_inmemorysaver_gives(pg_url: str, 
             assert repr(got.pending_writes) == repr(want.pending_writes), how
 
 
-def test_the_sweep_locks_the_thread_before_deleting_its_rows(pg_url: str) -> None:
-    """A write that reaches the thread while the sweep's delete transaction runs.
+@pytest.mark.parametrize("strategy", ["delete", "keep_latest"])
+def test_the_sweep_locks_the_thread_before_deleting_its_rows(pg_url: str, strategy: str) -> None:
+    """A write that reaches the thread while the sweep's delete (or prune)
+    transaction runs.
 
     The test holds the thread's registry row (as a put's upsert does) before the
     sweep starts; it touches the expiry and commits only once the sweep waits on
     that row. Held by LOCK_STILL_EXPIRED's FOR UPDATE: the sweep waits before
-    deleting anything, sees the new expiry and spares the thread. Without the
-    lock it deletes the checkpoints first and only the registry row survives.
+    deleting anything, sees the new expiry and spares the thread, its whole
+    history. Without the lock it deletes the checkpoints first (a prune, the
+    older ones) and only the registry row (the newest) survives.
     """
     truncate(pg_url)
-    retention = Retention(thread_ttl=timedelta(hours=1))
+    retention = Retention(thread_ttl=timedelta(hours=1), strategy=strategy)  # type: ignore[arg-type]
     thread_id = new_thread("sweep-lock")
     steps = Steps(thread_id)
     with worker(pg_url, hot=False, retention=retention) as saver:
