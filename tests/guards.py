@@ -1473,6 +1473,33 @@ GUARDS: list[Guard] = [
         ),
     ),
     Guard(
+        name="hot head: ADVANCE drops the head at a version neither the put nor the head holds",
+        file="langgraph_colosseum/_core/hot.py",
+        original="    elseif old[channel] ~= version then\n",
+        mutant="    elseif false then\n",
+        tests=(
+            f"{GUARD_TESTS}"
+            "::test_a_put_pointing_a_channel_back_at_an_older_version_reads_alike_from_redis",
+        ),
+    ),
+    Guard(
+        name="deleted runs: a run's write holds its run's lock, shared",
+        file="langgraph_colosseum/_core/sql.py",
+        original="THEN pg_advisory_xact_lock_shared({RUN_LOCK_CLASS}, hashtext(%(run_id)s)) END,",
+        mutant="THEN length(%(run_id)s) END,",
+        tests=(f"{GUARD_TESTS}::test_a_put_in_flight_when_its_run_is_deleted_does_not_land",),
+    ),
+    Guard(
+        name="deleted runs: delete_for_runs takes its runs' locks before recording them",
+        file="langgraph_colosseum/_core/store.py",
+        original=(
+            "                Query(sql.RUNS_LOCK, params, fetch=False),\n"
+            "                Query(sql.DELETED_RUNS"
+        ),
+        mutant="                Query(sql.DELETED_RUNS",
+        tests=(f"{GUARD_TESTS}::test_a_put_in_flight_when_its_run_is_deleted_does_not_land",),
+    ),
+    Guard(
         name="read memo: Postgres leaves a checkpoint out only while its digest is the one sent",
         file="langgraph_colosseum/_core/sql.py",
         original="d.memo_digest = %(memo)s::bytea AS remembered",

@@ -144,6 +144,87 @@ def read_from_redis_only(saver: Steered, thread_id: str, ns: str = "") -> Any:
     return found
 
 
+def test_a_put_pointing_a_channel_back_at_an_older_version_reads_alike_from_redis(
+    pg_url: str,
+) -> None:
+    """A put that follows the head and names, for a channel it did not write, a
+    version older than the head's (a direct `put`, as a checkpoint-level copy
+    or repair makes): Postgres still has that version's value; the Redis hash
+    holds only the head's. Held by ADVANCE's drop of a version neither the
+    put nor the head holds: the next read is Postgres's, whole. Without it the
+    head moves onto a version Redis has no value for, and the channel reads
+    as never written."""
+    truncate(pg_url)
+    thread_id = new_thread("older-version")
+    steps = Steps(thread_id)
+    with worker(pg_url, hot=True) as hot, worker(pg_url, hot=False) as truth:
+        steps.put(hot, "a")
+        first_version = steps.version
+        steps.put(hot, "b")
+        hot.get_tuple(latest(thread_id))  # the miss that fills the hash
+        assert read_from_redis_only(hot, thread_id).checkpoint["channel_values"] == {"x": "b"}
+        checkpoint = empty_checkpoint()
+        checkpoint["channel_versions"] = {"x": first_version}
+        metadata = {"source": "update", "step": 3, "parents": {}}
+        hot.put(at(thread_id, steps.ids[-1]), checkpoint, metadata, {})
+        expected = truth.get_tuple(latest(thread_id))
+        assert expected is not None and expected.checkpoint["channel_values"] == {"x": "a"}
+        found = hot.get_tuple(latest(thread_id))
+        assert found is not None
+        assert repr(found.checkpoint) == repr(expected.checkpoint)
+
+
+def test_a_put_in_flight_when_its_run_is_deleted_does_not_land(pg_url: str) -> None:
+    """delete_for_runs of a run whose put is in flight (past its locks, stopped
+    at the thread row another transaction holds): the deletion waits for that
+    put and then removes it. Held by the put's run lock (WRITE_LOCK, shared)
+    and the deletion's RUNS_LOCK (exclusive): without either, the deletion
+    records the run as deleted, finds none of its rows yet and returns, and the
+    put, judged by what its statement saw before, lands after it: the deleted
+    run's checkpoint reads as the thread's head."""
+    truncate(pg_url)
+    thread_id, run_id = new_thread("runs-in-flight"), str(uuid.uuid4())
+    steps = Steps(thread_id)
+    with worker(pg_url, hot=False) as saver, worker(pg_url, hot=False) as deleting:
+        kept = steps.put(saver, "before the run")
+        config, checkpoint, metadata, versions = steps.next(saver, "the run's step")
+        config = {**config, "metadata": {"run_id": run_id}}
+        outcome: list[Any] = []
+        with psycopg.connect(pg_url) as blocker:
+            blocker.execute(
+                "SELECT 1 FROM colosseum_threads WHERE thread_id = %s FOR UPDATE", (thread_id,)
+            )
+            putter = threading.Thread(
+                target=lambda: outcome.append(saver.put(config, checkpoint, metadata, versions))
+            )
+            putter.start()
+            _wait_for_a_backend_blocked_by(pg_url, blocker.info.backend_pid)
+            deleter = threading.Thread(target=lambda: deleting.delete_for_runs([run_id]))
+            deleter.start()
+            with psycopg.connect(pg_url, autocommit=True) as watcher:
+                deadline = time.monotonic() + 30
+                while deleter.is_alive() and not _waits_on_an_advisory_lock(watcher):
+                    assert time.monotonic() < deadline, "the deletion neither waited nor ended"
+                    time.sleep(0.01)  # polling a condition, not timing a race
+            blocker.rollback()
+            putter.join(30)
+            deleter.join(30)
+        assert not putter.is_alive() and not deleter.is_alive()
+        assert len(outcome) == 1  # the put itself succeeded, before the deletion
+        head = saver.get_tuple(latest(thread_id))
+        assert head is not None and head.checkpoint["id"] == kept
+        assert [t.checkpoint["id"] for t in saver.list(latest(thread_id))] == [kept]
+
+
+def _waits_on_an_advisory_lock(conn: psycopg.Connection) -> bool:
+    """Whether a backend of this database waits for an advisory lock (a thread's, a run's)."""
+    row = conn.execute(
+        "SELECT count(*) FROM pg_stat_activity WHERE datname = current_database()"
+        " AND wait_event_type = 'Lock' AND wait_event = 'advisory'"
+    ).fetchone()
+    return bool(row and row[0])
+
+
 # ------------------------------------------------ 2. an older advance loses
 
 
