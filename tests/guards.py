@@ -1500,6 +1500,16 @@ GUARDS: list[Guard] = [
         tests=(f"{GUARD_TESTS}::test_a_put_in_flight_when_its_run_is_deleted_does_not_land",),
     ),
     Guard(
+        name="stale heads: a worker forgets only the record of the head it dropped",
+        file="langgraph_colosseum/_core/sql.py",
+        original="\n  AND s.recorded_at = u.recorded_at::timestamptz\n",
+        mutant="\n",
+        tests=(
+            f"{HOT_TRUTH}"
+            "::test_a_head_recorded_stale_again_while_a_worker_drops_it_is_dropped_again",
+        ),
+    ),
+    Guard(
         name="read memo: Postgres leaves a checkpoint out only while its digest is the one sent",
         file="langgraph_colosseum/_core/sql.py",
         original="d.memo_digest = %(memo)s::bytea AS remembered",

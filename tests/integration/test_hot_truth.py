@@ -27,6 +27,8 @@ from psycopg import conninfo
 from typer.testing import CliRunner
 
 from langgraph_colosseum import AsyncColosseumSaver, ColosseumSaver
+from langgraph_colosseum._core import sql
+from langgraph_colosseum._core.io import Query
 from langgraph_colosseum.cache import RedisCache, client_options
 from langgraph_colosseum.cli import app
 from langgraph_colosseum.errors import InvalidConfigError
@@ -42,6 +44,7 @@ from tests.integration.test_cache import (
     thread,
     worker,
 )
+from tests.integration.test_guards import Once, Steered
 
 
 @pytest.fixture
@@ -486,6 +489,55 @@ def test_any_live_worker_drops_the_heads_writes_left_behind(
         assert turns(reader, "updated") == 100
         assert_fresh(reader, truth, "updated")
         assert_fresh(reader, truth, "deleted")
+        with psycopg.connect(pg_url) as conn:
+            assert conn.execute("SELECT count(*) FROM colosseum_stale_heads").fetchone()[0] == 0
+
+
+def test_a_head_recorded_stale_again_while_a_worker_drops_it_is_dropped_again(
+    pg_url: str, private_redis: RedisServer, truth: ColosseumSaver
+) -> None:
+    """A worker drops a recorded stale head and then forgets the record; between
+    the two, the head is refilled and another write that Redis refused records
+    it stale again. The forget takes only the record it dropped (its
+    `recorded_at`): the new one stays, and the next write anywhere drops the
+    head again. Without that condition the new record went with the old, and
+    Redis served the refilled head, a write behind, until `hot_ttl`."""
+    truncate(pg_url)
+    with (
+        worker(pg_url, private_redis.client(), hot_ttl=HOT_TTL) as reader,
+        worker(pg_url, private_redis.client(), hot_ttl=HOT_TTL) as first,
+        worker(pg_url, private_redis.client(), hot_ttl=HOT_TTL) as second,
+        worker(pg_url, private_redis.client(), hot_ttl=HOT_TTL) as plain,
+    ):
+        dropper = Steered(
+            plain.conn, cache=private_redis.client(), cache_prefix=PREFIX, hot_ttl=HOT_TTL
+        )
+        chat_graph(reader).invoke(say("hello"), thread("t"))
+        assert turns(reader, "t") == 1  # hot
+
+        def refused_update(writer: ColosseumSaver, turns_now: int) -> None:
+            chat_graph(writer).get_state(thread("t"))
+            with refused(writer, "cut off", private_redis):
+                chat_graph(writer).update_state(thread("t"), {"turns": turns_now})
+            writer.cache.breaker.missed.clear()  # the process is gone, and its memory
+
+        refused_update(first, 100)
+        assert turns(reader, "t") == 1, "Redis serves the head the write left behind"
+
+        def recorded_again() -> None:
+            assert turns(reader, "t") == 100  # the head was dropped: refilled from Postgres
+            refused_update(second, 200)
+            assert turns(reader, "t") == 100, "Redis serves the head the write left behind"
+
+        dropper.before = hook = Once(
+            lambda request: isinstance(request, Query) and request.sql == sql.FORGET_STALE_HEADS,
+            recorded_again,
+        )
+        chat_graph(dropper).invoke(say("unrelated"), thread("elsewhere"))
+        assert hook.fired
+        chat_graph(dropper).invoke(say("unrelated again"), thread("elsewhere"))
+        assert turns(reader, "t") == 200
+        assert_fresh(reader, truth, "t")
         with psycopg.connect(pg_url) as conn:
             assert conn.execute("SELECT count(*) FROM colosseum_stale_heads").fetchone()[0] == 0
 
