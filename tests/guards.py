@@ -1510,6 +1510,16 @@ GUARDS: list[Guard] = [
         ),
     ),
     Guard(
+        name="runs: a cancel stops only runs still pending or running",
+        file="langgraph_colosseum/_core/multitask.py",
+        original=(
+            "WHERE thread_id = %(thread_id)s AND run_id = ANY(%(run_ids)s::text[])\n"
+            "  AND status IN ('pending', 'running')\n"
+        ),
+        mutant="WHERE thread_id = %(thread_id)s AND run_id = ANY(%(run_ids)s::text[])\n",
+        tests=(f"{GUARD_TESTS}::test_a_cancel_never_rewrites_a_run_that_ended_before_it",),
+    ),
+    Guard(
         name="read memo: Postgres leaves a checkpoint out only while its digest is the one sent",
         file="langgraph_colosseum/_core/sql.py",
         original="d.memo_digest = %(memo)s::bytea AS remembered",

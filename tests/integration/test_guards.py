@@ -29,6 +29,7 @@ from langgraph.checkpoint.base import Checkpoint, empty_checkpoint
 from langgraph.checkpoint.memory import InMemorySaver
 
 from langgraph_colosseum import AsyncColosseumSaver, ColosseumSaver, Retention, ThreadBusyError
+from langgraph_colosseum._core import multitask
 from langgraph_colosseum._core.io import CacheCall, Query, Request, Transaction
 from langgraph_colosseum._core.ledger import COMPLETE, is_claim
 from tests.conftest import CACHE_PREFIX, redis_url, truncate
@@ -214,6 +215,37 @@ def test_a_put_in_flight_when_its_run_is_deleted_does_not_land(pg_url: str) -> N
         head = saver.get_tuple(latest(thread_id))
         assert head is not None and head.checkpoint["id"] == kept
         assert [t.checkpoint["id"] for t in saver.list(latest(thread_id))] == [kept]
+
+
+def test_a_cancel_never_rewrites_a_run_that_ended_before_it(pg_url: str) -> None:
+    """A cancel reads the thread's active runs, then stops them in a
+    transaction; the run ends (FINISH, success) between the two. Held by
+    CANCEL's `status IN ('pending', 'running')`: the run's record still says
+    success, stopped by nobody, as its caller was told, and the cancel reports
+    it did not stop it. Without it the record said interrupted by cancel."""
+    truncate(pg_url)
+    thread_id, run_id = new_thread("cancel-late"), str(uuid.uuid4())
+    with worker(pg_url, hot=False) as canceller, worker(pg_url, hot=False) as runner:
+        token = runner._run(
+            multitask.start(runner._store, thread_id, run_id, "reject", "test:1", 30.0, None)
+        )
+        ended: list[Any] = []
+
+        def the_run_ends() -> None:
+            ended.append(runner._run(multitask.finish(thread_id, run_id, token, "success", None)))
+
+        canceller.before = hook = Once(
+            lambda request: (
+                isinstance(request, Transaction)
+                and any(query.sql == multitask.CANCEL for query in request.queries)
+            ),
+            the_run_ends,
+        )
+        stopped = canceller.runs.cancel(thread_id=thread_id)
+        assert hook.fired and ended[0][0] is True
+        assert stopped == []
+        info = canceller.runs.get(run_id)
+        assert info is not None and (info.status, info.stopped_by) == ("success", None)
 
 
 def _waits_on_an_advisory_lock(conn: psycopg.Connection) -> bool:
