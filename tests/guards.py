@@ -1520,6 +1520,45 @@ GUARDS: list[Guard] = [
         tests=(f"{GUARD_TESTS}::test_a_cancel_never_rewrites_a_run_that_ended_before_it",),
     ),
     Guard(
+        name="registry: a put older than the head leaves the status as it is",
+        file="langgraph_colosseum/_core/sql.py",
+        original=(
+            "            WHEN EXCLUDED.head_checkpoint_id < coalesce(t.head_checkpoint_id, '') "
+            "THEN t.status\n"
+        ),
+        mutant="",
+        tests=(
+            f"{GUARD_TESTS}"
+            "::test_a_put_that_lands_after_a_later_one_leaves_the_registry_at_the_later",
+        ),
+    ),
+    Guard(
+        name="registry: the head never moves back",
+        file="langgraph_colosseum/_core/sql.py",
+        original=(
+            "        head_checkpoint_id = greatest(t.head_checkpoint_id, "
+            "EXCLUDED.head_checkpoint_id),"
+        ),
+        mutant="        head_checkpoint_id = EXCLUDED.head_checkpoint_id,",
+        tests=(
+            f"{GUARD_TESTS}"
+            "::test_a_put_that_lands_after_a_later_one_leaves_the_registry_at_the_later",
+        ),
+    ),
+    Guard(
+        name="registry: the searchable values are the head's",
+        file="langgraph_colosseum/_core/sql.py",
+        original=(
+            "        state_values = CASE WHEN EXCLUDED.head_checkpoint_id >= "
+            "coalesce(t.head_checkpoint_id, '')\n"
+        ),
+        mutant="        state_values = CASE WHEN true\n",
+        tests=(
+            f"{GUARD_TESTS}"
+            "::test_a_put_that_lands_after_a_later_one_leaves_the_registry_at_the_later",
+        ),
+    ),
+    Guard(
         name="read memo: Postgres leaves a checkpoint out only while its digest is the one sent",
         file="langgraph_colosseum/_core/sql.py",
         original="d.memo_digest = %(memo)s::bytea AS remembered",

@@ -27,6 +27,7 @@ import pytest
 from langchain_core.tools import StructuredTool
 from langgraph.checkpoint.base import Checkpoint, empty_checkpoint
 from langgraph.checkpoint.memory import InMemorySaver
+from langgraph.types import Interrupt
 
 from langgraph_colosseum import AsyncColosseumSaver, ColosseumSaver, Retention, ThreadBusyError
 from langgraph_colosseum._core import multitask
@@ -246,6 +247,34 @@ def test_a_cancel_never_rewrites_a_run_that_ended_before_it(pg_url: str) -> None
         assert stopped == []
         info = canceller.runs.get(run_id)
         assert info is not None and (info.status, info.stopped_by) == ("success", None)
+
+
+def test_a_put_that_lands_after_a_later_one_leaves_the_registry_at_the_later(
+    pg_url: str,
+) -> None:
+    """LangGraph sends puts in the background, on several connections: the put
+    of a checkpoint can land after its child's. Here c1 was interrupted (its
+    interrupt written before its put, durability="async"), c2 continues from
+    it, and c2's put lands first. The thread's registry row stays at c2: its
+    head, its searchable values, and its status (idle, not c1's interrupt).
+    Held by the registry upsert's three checks of the head's order."""
+    truncate(pg_url)
+    thread_id = new_thread("late-put")
+    steps = Steps(thread_id)
+    with worker(pg_url, hot=False) as saver:
+        c1 = steps.next(saver, "older")
+        c2 = steps.next(saver, "newer")
+        interrupt = Interrupt(value="approve?", id="i-1")
+        saver.put_writes(at(thread_id, steps.ids[0]), [("__interrupt__", [interrupt])], "task-1")
+        saver.put(*c2)
+        saver.put(*c1)
+        info = saver.threads.get(thread_id)
+        assert info is not None
+        assert (info.head_checkpoint_id, info.values, info.status) == (
+            steps.ids[1],
+            {"x": "newer"},
+            "idle",
+        )
 
 
 def _waits_on_an_advisory_lock(conn: psycopg.Connection) -> bool:
