@@ -289,6 +289,22 @@ GUARDS: list[Guard] = [
         ),
     ),
     Guard(
+        name="sweep: a keep_latest sweep clears the expiry only of threads still expired",
+        file="langgraph_colosseum/_core/threads.py",
+        original=(
+            "UPDATE colosseum_threads SET expires_at = NULL\n"
+            "WHERE thread_id = ANY(%(thread_ids)b::text[]) AND expires_at < now()\n"
+        ),
+        mutant=(
+            "UPDATE colosseum_threads SET expires_at = NULL\n"
+            "WHERE thread_id = ANY(%(thread_ids)b::text[])\n"
+        ),
+        tests=(
+            f"{GUARD_TESTS}"
+            "::test_the_keep_latest_sweep_spares_the_history_of_a_thread_written_after_it_was_chosen",
+        ),
+    ),
+    Guard(
         name="sweep: the thread row is locked before its rows are deleted",
         file="langgraph_colosseum/_core/threads.py",
         original="AND expires_at < now()\nFOR UPDATE",
@@ -1557,6 +1573,20 @@ GUARDS: list[Guard] = [
             f"{GUARD_TESTS}"
             "::test_a_put_that_lands_after_a_later_one_leaves_the_registry_at_the_later",
         ),
+    ),
+    Guard(
+        name="driver: a request Postgres aborted as a deadlock victim is run again (blocking)",
+        file="langgraph_colosseum/saver.py",
+        original="            except CONFLICTS:\n",
+        mutant="            except ZeroDivisionError:\n",
+        tests=(f"{GUARD_TESTS}::test_a_delete_chosen_as_a_deadlock_victim_is_rerun_and_deletes",),
+    ),
+    Guard(
+        name="driver: a request Postgres aborted as a deadlock victim is run again (asyncio)",
+        file="langgraph_colosseum/aio.py",
+        original="            except CONFLICTS:\n",
+        mutant="            except ZeroDivisionError:\n",
+        tests=(f"{GUARD_TESTS}::test_a_delete_chosen_as_a_deadlock_victim_is_rerun_and_deletes",),
     ),
     Guard(
         name="read memo: Postgres leaves a checkpoint out only while its digest is the one sent",

@@ -13,6 +13,7 @@ checks that the test named next to it in its table fails (see tests/guards.py).
 
 from __future__ import annotations
 
+import asyncio
 import contextvars
 import threading
 import time
@@ -30,7 +31,7 @@ from langgraph.checkpoint.memory import InMemorySaver
 from langgraph.types import Interrupt
 
 from langgraph_colosseum import AsyncColosseumSaver, ColosseumSaver, Retention, ThreadBusyError
-from langgraph_colosseum._core import multitask
+from langgraph_colosseum._core import multitask, sql
 from langgraph_colosseum._core.io import CacheCall, Query, Request, Transaction
 from langgraph_colosseum._core.ledger import COMPLETE, is_claim
 from tests.conftest import CACHE_PREFIX, redis_url, truncate
@@ -275,6 +276,58 @@ def test_a_put_that_lands_after_a_later_one_leaves_the_registry_at_the_later(
             {"x": "newer"},
             "idle",
         )
+
+
+@pytest.mark.parametrize("driver", ["blocking", "asyncio"])
+def test_a_delete_chosen_as_a_deadlock_victim_is_rerun_and_deletes(
+    pg_url: str, driver: str
+) -> None:
+    """Another transaction holds the thread's registry row, the delete takes
+    the thread's lock and waits for that row, and the other transaction then
+    asks for the thread's lock: a deadlock, which Postgres breaks by aborting
+    the delete (the other side waits longer before it checks). The saver runs
+    the delete again, and it deletes: the caller never sees DeadlockDetected.
+    Held by the driver's rerun of a conflicted request (`except CONFLICTS`)."""
+    truncate(pg_url)
+    thread_id = new_thread("deadlock")
+    steps = Steps(thread_id)
+    with worker(pg_url, hot=False) as saver:
+        for i in range(2):
+            steps.put(saver, f"step {i}")
+        outcome: list[Any] = []
+
+        async def adelete() -> None:
+            async with AsyncColosseumSaver.from_conn_string(pg_url, pool_size=2) as asaver:
+                await asaver.adelete_thread(thread_id)
+
+        def delete() -> None:
+            try:
+                if driver == "asyncio":
+                    outcome.append(asyncio.run(adelete()))
+                else:
+                    outcome.append(saver.delete_thread(thread_id))
+            except Exception as exc:
+                outcome.append(exc)
+
+        with psycopg.connect(pg_url) as other:
+            other.execute("SET LOCAL deadlock_timeout = '60s'")  # the delete checks first
+            other.execute(
+                "SELECT 1 FROM colosseum_threads WHERE thread_id = %s FOR UPDATE", (thread_id,)
+            )
+            deleter = threading.Thread(target=delete)
+            deleter.start()
+            _wait_for_a_backend_blocked_by(pg_url, other.info.backend_pid)
+            # Granted once Postgres has aborted the delete (after its deadlock_timeout).
+            other.execute(
+                "SELECT pg_advisory_xact_lock(%s, hashtext(%s))",
+                (sql.THREAD_LOCK_CLASS, thread_id),
+            )
+            other.commit()
+        deleter.join(30)
+        assert not deleter.is_alive()
+        assert outcome == [None], outcome
+        assert saver.get_tuple(latest(thread_id)) is None
+        assert list(saver.list(latest(thread_id))) == []
 
 
 def _waits_on_an_advisory_lock(conn: psycopg.Connection) -> bool:
