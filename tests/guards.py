@@ -1589,6 +1589,25 @@ GUARDS: list[Guard] = [
         tests=(f"{GUARD_TESTS}::test_a_delete_chosen_as_a_deadlock_victim_is_rerun_and_deletes",),
     ),
     Guard(
+        name="pending writes: a task's write sent again leaves the first (Postgres)",
+        file="langgraph_colosseum/_core/sql.py",
+        original="WHERE EXCLUDED.idx < 0\n)\nSELECT EXISTS (SELECT 1 FROM fenced)",
+        mutant=")\nSELECT EXISTS (SELECT 1 FROM fenced)",
+        tests=(
+            f"{GUARD_TESTS}::test_a_tasks_write_sent_twice_keeps_the_first_as_the_reference_does",
+        ),
+    ),
+    Guard(
+        name="runs queue: a run leaving the queue gives up only a place still pending",
+        file="langgraph_colosseum/_core/multitask.py",
+        original=(
+            "WHERE thread_id = %(thread_id)s AND run_id = %(run_id)s AND status = 'pending'\n"
+            '"""\n\n# The run ends'
+        ),
+        mutant='WHERE thread_id = %(thread_id)s AND run_id = %(run_id)s\n"""\n\n# The run ends',
+        tests=(f"{GUARD_TESTS}::test_a_queued_run_cancelled_as_it_times_out_stays_cancelled",),
+    ),
+    Guard(
         name="read memo: Postgres leaves a checkpoint out only while its digest is the one sent",
         file="langgraph_colosseum/_core/sql.py",
         original="d.memo_digest = %(memo)s::bytea AS remembered",

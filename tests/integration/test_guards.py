@@ -30,7 +30,13 @@ from langgraph.checkpoint.base import Checkpoint, empty_checkpoint
 from langgraph.checkpoint.memory import InMemorySaver
 from langgraph.types import Interrupt
 
-from langgraph_colosseum import AsyncColosseumSaver, ColosseumSaver, Retention, ThreadBusyError
+from langgraph_colosseum import (
+    AsyncColosseumSaver,
+    ColosseumSaver,
+    Retention,
+    RunQueueTimeoutError,
+    ThreadBusyError,
+)
 from langgraph_colosseum._core import multitask, sql
 from langgraph_colosseum._core.io import CacheCall, Query, Request, Transaction
 from langgraph_colosseum._core.ledger import COMPLETE, is_claim
@@ -328,6 +334,55 @@ def test_a_delete_chosen_as_a_deadlock_victim_is_rerun_and_deletes(
         assert outcome == [None], outcome
         assert saver.get_tuple(latest(thread_id)) is None
         assert list(saver.list(latest(thread_id))) == []
+
+
+def test_a_tasks_write_sent_twice_keeps_the_first_as_the_reference_does(pg_url: str) -> None:
+    """A task's writes sent again (a retried task, a put_writes sent twice)
+    with other values: the pending writes stay the first ones, as under
+    InMemorySaver, compared by repr; a special write (an interrupt) is
+    replaced. Held by PUT_WRITES' `WHERE EXCLUDED.idx < 0` on conflict."""
+    truncate(pg_url)
+    thread_id = new_thread("writes-twice")
+    reference = InMemorySaver()
+    with worker(pg_url, hot=False) as saver:
+        for each in (saver, reference):
+            config, checkpoint, metadata, versions = Steps(thread_id).next(saver, "x")
+            stored = each.put(config, checkpoint, metadata, versions)
+            each.put_writes(stored, [("x", "first"), ("y", 1)], "task-1")
+            each.put_writes(stored, [("x", "second"), ("y", 2)], "task-1")
+            each.put_writes(stored, [("__interrupt__", "asked once")], "task-2")
+            each.put_writes(stored, [("__interrupt__", "asked again")], "task-2")
+        ours, theirs = saver.get_tuple(latest(thread_id)), reference.get_tuple(latest(thread_id))
+        assert ours is not None and theirs is not None
+        assert repr(ours.pending_writes) == repr(theirs.pending_writes)
+        assert ("task-1", "x", "first") in ours.pending_writes
+
+
+def test_a_queued_run_cancelled_as_it_times_out_stays_cancelled(pg_url: str) -> None:
+    """A queued run's wait times out, and a cancel of it lands just before it
+    leaves the queue (GIVE_UP). Its record says what happened first: cancelled
+    (interrupted, stopped by cancel), not "timed out". Held by GIVE_UP's
+    `status = 'pending'`."""
+    truncate(pg_url)
+    thread_id, holder, queued = new_thread("queue-cancel"), "holder", "queued"
+    with worker(pg_url, hot=False) as waiter, worker(pg_url, hot=False) as other:
+        other._run(multitask.start(other._store, thread_id, holder, "reject", "t:1", 30.0, None))
+        waiter.before = hook = Once(
+            lambda request: (
+                isinstance(request, Transaction)
+                and any(query.sql == multitask.GIVE_UP for query in request.queries)
+            ),
+            lambda: other.runs.cancel(queued),
+        )
+        with pytest.raises(RunQueueTimeoutError):
+            waiter._run(
+                multitask.start(
+                    waiter._store, thread_id, queued, "enqueue", "t:2", 30.0, queue_timeout=0.05
+                )
+            )
+        assert hook.fired
+        info = other.runs.get(queued)
+        assert info is not None and (info.status, info.stopped_by) == ("interrupted", "cancel")
 
 
 def _waits_on_an_advisory_lock(conn: psycopg.Connection) -> bool:
