@@ -1608,6 +1608,13 @@ GUARDS: list[Guard] = [
         tests=(f"{GUARD_TESTS}::test_a_queued_run_cancelled_as_it_times_out_stays_cancelled",),
     ),
     Guard(
+        name="fence: a write reads the thread row FOR KEY SHARE, after a cancel or end in flight",
+        file="langgraph_colosseum/_core/sql.py",
+        original="    WHERE thread_id = %(thread_id)s\n    FOR KEY SHARE\n),",
+        mutant="    WHERE thread_id = %(thread_id)s\n),",
+        tests=(f"{GUARD_TESTS}::test_a_put_waiting_on_a_cancel_in_flight_is_judged_by_it",),
+    ),
+    Guard(
         name="read memo: Postgres leaves a checkpoint out only while its digest is the one sent",
         file="langgraph_colosseum/_core/sql.py",
         original="d.memo_digest = %(memo)s::bytea AS remembered",

@@ -33,11 +33,13 @@ from langgraph.types import Interrupt
 from langgraph_colosseum import (
     AsyncColosseumSaver,
     ColosseumSaver,
+    LeaseLostError,
     Retention,
     RunQueueTimeoutError,
     ThreadBusyError,
 )
 from langgraph_colosseum._core import multitask, sql
+from langgraph_colosseum._core.guard import RUN_OWNER, RunFence
 from langgraph_colosseum._core.io import CacheCall, Query, Request, Transaction
 from langgraph_colosseum._core.ledger import COMPLETE, is_claim
 from tests.conftest import CACHE_PREFIX, redis_url, truncate
@@ -383,6 +385,47 @@ def test_a_queued_run_cancelled_as_it_times_out_stays_cancelled(pg_url: str) -> 
         assert hook.fired
         info = other.runs.get(queued)
         assert info is not None and (info.status, info.stopped_by) == ("interrupted", "cancel")
+
+
+def test_a_put_waiting_on_a_cancel_in_flight_is_judged_by_it(pg_url: str) -> None:
+    """A run's put reaches the thread row while a cancel of that run holds it
+    (it has stopped the run and let go of the thread, not yet committed). The
+    put's fence waits for the cancel and reads the row as it left it: the run
+    no longer owns the thread, and the put is refused (LeaseLostError). Held
+    by the fence's FOR KEY SHARE: read without it, the fence judged the row
+    as it was before the cancel, and the cancelled run's checkpoint landed
+    after the cancel had returned."""
+    truncate(pg_url)
+    thread_id, run_id = new_thread("fence-cancel"), "the-run"
+    steps = Steps(thread_id)
+    with worker(pg_url, hot=False) as saver:
+        token = saver._run(
+            multitask.start(saver._store, thread_id, run_id, "reject", "t:1", 30.0, None)
+        )
+        outcome: list[Any] = []
+
+        def put_as_the_run() -> None:
+            fence = RUN_OWNER.set(RunFence(thread_id, run_id, token))
+            try:
+                outcome.append(steps.put(saver, "after the cancel"))
+            except Exception as exc:
+                outcome.append(exc)
+            finally:
+                RUN_OWNER.reset(fence)
+
+        params = {"thread_id": thread_id, "run_ids": [run_id], "owner": run_id}
+        with psycopg.connect(pg_url) as cancel:  # a cancel's statements, not committed
+            cancel.execute(multitask.LOCK_THREAD, params)
+            cancel.execute(multitask.CANCEL, params)
+            cancel.execute(multitask.RELEASE, params)
+            putter = threading.Thread(target=put_as_the_run)
+            putter.start()
+            _wait_for_a_backend_blocked_by(pg_url, cancel.info.backend_pid)
+            cancel.commit()
+        putter.join(30)
+        assert not putter.is_alive()
+        assert len(outcome) == 1 and isinstance(outcome[0], LeaseLostError), outcome
+        assert saver.get_tuple(latest(thread_id)) is None
 
 
 def _waits_on_an_advisory_lock(conn: psycopg.Connection) -> bool:
