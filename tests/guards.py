@@ -1615,6 +1615,16 @@ GUARDS: list[Guard] = [
         tests=(f"{GUARD_TESTS}::test_a_put_waiting_on_a_cancel_in_flight_is_judged_by_it",),
     ),
     Guard(
+        name="fence: a run's write to a thread whose row is gone has lost its lease",
+        file="langgraph_colosseum/_core/sql.py",
+        original=(
+            "    UNION ALL\n    SELECT 1 WHERE %(run_owner)s::text IS NOT NULL "
+            "AND NOT EXISTS (SELECT 1 FROM fence)\n"
+        ),
+        mutant="",
+        tests=(f"{GUARD_TESTS}::test_a_runs_first_put_after_its_thread_was_deleted_is_refused",),
+    ),
+    Guard(
         name="read memo: Postgres leaves a checkpoint out only while its digest is the one sent",
         file="langgraph_colosseum/_core/sql.py",
         original="d.memo_digest = %(memo)s::bytea AS remembered",

@@ -428,6 +428,29 @@ def test_a_put_waiting_on_a_cancel_in_flight_is_judged_by_it(pg_url: str) -> Non
         assert saver.get_tuple(latest(thread_id)) is None
 
 
+def test_a_runs_first_put_after_its_thread_was_deleted_is_refused(pg_url: str) -> None:
+    """A run takes a new thread, the thread is deleted before the run's first
+    put (which has no parent a deletion could have recorded), and the put
+    comes: the run's hold went with the thread's row, so the put is refused
+    (LeaseLostError) and the deleted thread does not come back. Held by the
+    fence's `NOT EXISTS (SELECT 1 FROM fence)`."""
+    truncate(pg_url)
+    thread_id, run_id = new_thread("fence-gone"), "the-run"
+    with worker(pg_url, hot=False) as saver:
+        token = saver._run(
+            multitask.start(saver._store, thread_id, run_id, "reject", "t:1", 30.0, None)
+        )
+        saver.delete_thread(thread_id)
+        fence = RUN_OWNER.set(RunFence(thread_id, run_id, token))
+        try:
+            with pytest.raises(LeaseLostError):
+                Steps(thread_id).put(saver, "into a deleted thread")
+        finally:
+            RUN_OWNER.reset(fence)
+        assert saver.get_tuple(latest(thread_id)) is None
+        assert saver.threads.get(thread_id) is None
+
+
 def _waits_on_an_advisory_lock(conn: psycopg.Connection) -> bool:
     """Whether a backend of this database waits for an advisory lock (a thread's, a run's)."""
     row = conn.execute(
