@@ -1625,6 +1625,82 @@ GUARDS: list[Guard] = [
         tests=(f"{GUARD_TESTS}::test_a_runs_first_put_after_its_thread_was_deleted_is_refused",),
     ),
     Guard(
+        name="hot head: a recreated mutation counter starts from the server clock",
+        file="langgraph_colosseum/_core/hot.py",
+        original="    return t[1] .. string.format('%06d', tonumber(t[2])) .. '000'",
+        mutant="    return '1000'",
+        tests=(
+            f"{STORE_HOT}::test_a_write_from_another_process_between_a_miss_and_its_refill_wins",
+        ),
+    ),
+    Guard(
+        name="registry: an interrupt or error recorded at the head or later outlives a put",
+        file="langgraph_colosseum/_core/sql.py",
+        original=(
+            "            WHEN t.status IN ('interrupted', 'error')\n"
+            "                 AND t.status_checkpoint_id >= EXCLUDED.head_checkpoint_id "
+            "THEN t.status\n"
+        ),
+        mutant="",
+        tests=("tests/integration/test_threads.py::test_status_not_lost_to_concurrent_put_sync",),
+    ),
+    Guard(
+        name="run guard: a lease is renewed only by its owner",
+        file="langgraph_colosseum/_core/threads.py",
+        original=(
+            "SET run_lease_until = now() + make_interval(secs => %(lease)s), status = 'busy'\n"
+            "WHERE thread_id = %(thread_id)s AND run_owner = %(owner)s"
+        ),
+        mutant=(
+            "SET run_lease_until = now() + make_interval(secs => %(lease)s), status = 'busy'\n"
+            "WHERE thread_id = %(thread_id)s"
+        ),
+        tests=(
+            "tests/integration/test_fencing.py"
+            "::test_stale_holder_loses_its_lease_to_a_released_successor",
+        ),
+    ),
+    Guard(
+        name="pending writes: a task's write sent again leaves the first (Redis)",
+        file="langgraph_colosseum/_core/hot.py",
+        original="if ARGV[i + 2] == '1' or not writes[ARGV[i]] then",
+        mutant="if true then",
+        tests=(f"{GUARD_TESTS}::test_pending_writes_come_back_in_the_order_inmemorysaver_gives",),
+    ),
+    Guard(
+        name="runs queue: a take is not held back by a queued run whose place lapsed",
+        file="langgraph_colosseum/_core/multitask.py",
+        original=(
+            "    WHERE r.thread_id = %(thread_id)s AND r.status = 'pending' "
+            "AND r.lease_until > now()\n      AND r.run_id <> %(run_id)s"
+        ),
+        mutant=(
+            "    WHERE r.thread_id = %(thread_id)s AND r.status = 'pending'\n"
+            "      AND r.run_id <> %(run_id)s"
+        ),
+        tests=(f"{RUNS_QUEUE}::test_the_next_in_line_goes_once_the_waiter_told_its_turn_has_died",),
+    ),
+    Guard(
+        name="setup: migrations run under the schema's advisory lock",
+        file="langgraph_colosseum/_core/store.py",
+        original='            Query(schema.LOCK, {"key": schema.ADVISORY_LOCK_KEY}, fetch=False),\n',
+        mutant="",
+        tests=("tests/integration/test_schema.py::test_two_processes_set_up_at_once",),
+    ),
+    Guard(
+        name="ledger: a heartbeat renews only its own running claim",
+        file="langgraph_colosseum/_core/ledger.py",
+        original=(
+            "SET lease_until = now() + make_interval(secs => %(lease)s)\n"
+            "WHERE idempotency_key = %(key)s AND lease_owner = %(owner)s AND status = 'RUNNING'"
+        ),
+        mutant=(
+            "SET lease_until = now() + make_interval(secs => %(lease)s)\n"
+            "WHERE idempotency_key = %(key)s"
+        ),
+        tests=(f"{GUARD_TESTS}::test_a_worker_whose_claim_was_taken_over_does_not_keep_it_alive",),
+    ),
+    Guard(
         name="read memo: Postgres leaves a checkpoint out only while its digest is the one sent",
         file="langgraph_colosseum/_core/sql.py",
         original="d.memo_digest = %(memo)s::bytea AS remembered",

@@ -41,7 +41,7 @@ from langgraph_colosseum import (
 from langgraph_colosseum._core import multitask, sql
 from langgraph_colosseum._core.guard import RUN_OWNER, RunFence
 from langgraph_colosseum._core.io import CacheCall, Query, Request, Transaction
-from langgraph_colosseum._core.ledger import COMPLETE, is_claim
+from langgraph_colosseum._core.ledger import COMPLETE, claim_request, heartbeat, is_claim
 from tests.conftest import CACHE_PREFIX, redis_url, truncate
 from tests.integration.tool_worker import START_INPUT, build_graph, ensure_witness, witness
 
@@ -185,6 +185,51 @@ def test_a_put_pointing_a_channel_back_at_an_older_version_reads_alike_from_redi
         assert repr(found.checkpoint) == repr(expected.checkpoint)
 
 
+def test_a_put_in_flight_when_its_thread_is_deleted_does_not_land(pg_url: str) -> None:
+    """delete_thread while a put of the thread is in flight (its statement
+    started, stopped at the insert of its checkpoint row, which another
+    transaction holds uncommitted): the deletion waits for the put and then
+    removes it with the rest. Held twice: by the write's thread lock
+    (WRITE_LOCK, shared) against the deletion's (exclusive), and by the
+    thread row the put's fence has locked by then (FOR KEY SHARE), which the
+    deletion's statements wait for too; with either alone the thread stays
+    deleted, so neither is listed in tests/guards.py for this test."""
+    truncate(pg_url)
+    thread_id = new_thread("put-in-flight")
+    steps = Steps(thread_id)
+    with worker(pg_url, hot=False) as saver, worker(pg_url, hot=False) as deleting:
+        steps.put(saver, "before")
+        config, checkpoint, metadata, versions = steps.next(saver, "in flight")
+        outcome: list[Any] = []
+        with psycopg.connect(pg_url) as blocker:
+            blocker.execute(
+                "INSERT INTO colosseum_checkpoints (thread_id, checkpoint_ns, checkpoint_id,"
+                " checkpoint, metadata) VALUES (%s, '', %s, '{}', '{}')",
+                (thread_id, checkpoint["id"]),
+            )
+            putter = threading.Thread(
+                target=lambda: outcome.append(saver.put(config, checkpoint, metadata, versions))
+            )
+            putter.start()
+            _wait_for_a_backend_blocked_by(pg_url, blocker.info.backend_pid)
+            deleter = threading.Thread(target=lambda: deleting.delete_thread(thread_id))
+            deleter.start()
+            with psycopg.connect(pg_url, autocommit=True) as watcher:
+                deadline = time.monotonic() + 30
+                # the put waits for the blocker; the deletion, for whatever it waits for
+                while deleter.is_alive() and _backends_waiting_for_locks(watcher) < 2:
+                    assert time.monotonic() < deadline, "the deletion neither waited nor ended"
+                    time.sleep(0.01)  # polling a condition, not timing a race
+            blocker.rollback()
+            putter.join(30)
+            deleter.join(30)
+        assert not putter.is_alive() and not deleter.is_alive()
+        assert len(outcome) == 1  # the put itself succeeded, before the deletion
+        assert saver.get_tuple(latest(thread_id)) is None
+        assert list(saver.list(latest(thread_id))) == []
+        assert saver.threads.get(thread_id) is None
+
+
 def test_a_put_in_flight_when_its_run_is_deleted_does_not_land(pg_url: str) -> None:
     """delete_for_runs of a run whose put is in flight (past its locks, stopped
     at the thread row another transaction holds): the deletion waits for that
@@ -214,7 +259,8 @@ def test_a_put_in_flight_when_its_run_is_deleted_does_not_land(pg_url: str) -> N
             deleter.start()
             with psycopg.connect(pg_url, autocommit=True) as watcher:
                 deadline = time.monotonic() + 30
-                while deleter.is_alive() and not _waits_on_an_advisory_lock(watcher):
+                # the put waits for the blocker; the deletion, for whatever it waits for
+                while deleter.is_alive() and _backends_waiting_for_locks(watcher) < 2:
                     assert time.monotonic() < deadline, "the deletion neither waited nor ended"
                     time.sleep(0.01)  # polling a condition, not timing a race
             blocker.rollback()
@@ -451,13 +497,13 @@ def test_a_runs_first_put_after_its_thread_was_deleted_is_refused(pg_url: str) -
         assert saver.threads.get(thread_id) is None
 
 
-def _waits_on_an_advisory_lock(conn: psycopg.Connection) -> bool:
-    """Whether a backend of this database waits for an advisory lock (a thread's, a run's)."""
+def _backends_waiting_for_locks(conn: psycopg.Connection) -> int:
+    """How many backends of this database wait for a lock (a row's, a thread's, a run's)."""
     row = conn.execute(
         "SELECT count(*) FROM pg_stat_activity WHERE datname = current_database()"
-        " AND wait_event_type = 'Lock' AND wait_event = 'advisory'"
+        " AND wait_event_type = 'Lock'"
     ).fetchone()
-    return bool(row and row[0])
+    return int(row[0]) if row else 0
 
 
 # ------------------------------------------------ 2. an older advance loses
@@ -972,6 +1018,46 @@ async def test_an_older_advance_never_replaces_a_newer_head_async(pg_url: str) -
 
 
 # ------------------------- 8. a lapsed worker cannot record over its successor
+
+
+def performed(saver: ColosseumSaver, request: Request) -> Any:
+    """One request, performed as the saver performs an operation's."""
+
+    def operation() -> Any:
+        return (yield request)
+
+    return saver._run(operation())
+
+
+def test_a_worker_whose_claim_was_taken_over_does_not_keep_it_alive(pg_url: str) -> None:
+    """Worker A's claim lapsed (A stalled) and B took it over. A's heartbeat,
+    still running, renews nothing: the claim lives as long as B's lease, so if
+    B dies the call is free again when B's lease ends, not when A stops. Held
+    by HEARTBEAT's `lease_owner = %(owner)s`."""
+    truncate(pg_url)
+    thread_id = new_thread("heartbeat")
+    key = f"{thread_id}:pay"
+    claim = {
+        "lineage_ns": [], "lineage_ids": [], "checkpoint_id": "c1", "call_ns": "", "seen": "",
+        "run_id": None, "thread_id": thread_id, "key": key, "checkpoint_ns": "",
+        "task_id": "task-1", "tool_name": "pay", "tool_call_id": "call-1", "input": "{}",
+        "lease": 30.0, "retry_unknown": True, "retry_failed": False,
+    }  # fmt: skip
+    with worker(pg_url, hot=False) as saver, psycopg.connect(pg_url, autocommit=True) as conn:
+        assert performed(saver, claim_request({**claim, "owner": "worker-a"}))[-1][0][0] is True
+        conn.execute(
+            "UPDATE colosseum_tool_calls SET lease_until = now() - interval '1 second'"
+            " WHERE idempotency_key = %s",
+            (key,),
+        )
+        assert performed(saver, claim_request({**claim, "owner": "worker-b"}))[-1][0][0] is True
+        saver._run(heartbeat(key, "worker-a", 3600.0))
+        row = conn.execute(
+            "SELECT lease_owner, lease_until < now() + interval '60 seconds'"
+            " FROM colosseum_tool_calls WHERE idempotency_key = %s",
+            (key,),
+        ).fetchone()
+        assert row == ("worker-b", True)
 
 
 def test_a_worker_whose_claim_was_taken_over_does_not_record_its_outcome(pg_url: str) -> None:
