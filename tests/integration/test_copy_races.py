@@ -15,7 +15,6 @@ the deletion runs to its end (or to its wait) while the copy is stopped there.
 
 from __future__ import annotations
 
-import time
 import uuid
 from typing import Annotated, Any
 
@@ -27,11 +26,14 @@ from langgraph.graph.message import add_messages
 from typing_extensions import TypedDict
 
 from langgraph_colosseum import ColosseumSaver, Encryption
+from tests.integration.locks import (
+    WAIT,
+    backends_waiting_for_locks,
+    blocked_behind,
+    wait_until,
+)
 from tests.integration.test_encryption import KEY_1
-from tests.integration.test_runs_lock_order import blocked_behind
 from tests.integration.test_runs_stopped import in_thread
-
-WAIT = 30.0
 
 
 class Chat(TypedDict, total=False):
@@ -60,15 +62,6 @@ def history(graph: Any, thread_id: str) -> str:
             for snapshot in graph.get_state_history(config(thread_id))
         ]
     )
-
-
-def waits_on_a_thread_lock(conn: psycopg.Connection) -> bool:
-    """Whether a backend of this database waits for an advisory lock (a thread's)."""
-    row = conn.execute(
-        "SELECT count(*) FROM pg_stat_activity WHERE datname = current_database()"
-        " AND wait_event_type = 'Lock' AND wait_event = 'advisory'"
-    ).fetchone()
-    return bool(row and row[0])
 
 
 @pytest.mark.parametrize("encrypted", [False, True], ids=["plain", "encrypted"])
@@ -103,19 +96,22 @@ def test_a_copy_racing_a_removal_of_its_source_is_the_source_as_it_was(
                 (target, source, head_id),
             )
             copier = in_thread(lambda: saver.copy_thread(source, target), outcome)
-            deadline = time.monotonic() + WAIT
-            while not blocked_behind(watcher, blocker.info.backend_pid):
-                assert time.monotonic() < deadline, "the copy never reached the target's row"
-                time.sleep(0.01)  # polling a condition, not timing a race
+            wait_until(
+                lambda: blocked_behind(watcher, blocker.info.backend_pid),
+                "the copy never reached the target's row",
+            )
             if removal == "delete":
                 remove = lambda: saver.delete_thread(source)  # noqa: E731
             else:
                 remove = lambda: saver.prune([source], keep=1)  # noqa: E731
             removed: list[Any] = []
             remover = in_thread(remove, removed)
-            while remover.is_alive() and not waits_on_a_thread_lock(watcher):
-                assert time.monotonic() < deadline, "the removal neither waited nor ended"
-                time.sleep(0.01)  # polling a condition, not timing a race
+            wait_until(
+                lambda: (
+                    not remover.is_alive() or backends_waiting_for_locks(watcher, "advisory") > 0
+                ),
+                "the removal neither waited for a thread's lock nor ended",
+            )
             blocker.rollback()
             copier.join(WAIT)
             remover.join(WAIT)

@@ -16,7 +16,6 @@ from __future__ import annotations
 import asyncio
 import contextvars
 import threading
-import time
 import uuid
 from collections.abc import Awaitable, Callable, Iterator
 from contextlib import contextmanager
@@ -43,6 +42,11 @@ from langgraph_colosseum._core.guard import RUN_OWNER, RunFence
 from langgraph_colosseum._core.io import CacheCall, Query, Request, Transaction
 from langgraph_colosseum._core.ledger import COMPLETE, claim_request, heartbeat, is_claim
 from tests.conftest import CACHE_PREFIX, redis_url, truncate
+from tests.integration.locks import (
+    backends_waiting_for_locks,
+    wait_for_a_backend_blocked_by,
+    wait_until,
+)
 from tests.integration.tool_worker import START_INPUT, build_graph, ensure_witness, witness
 
 Hook = Callable[[Request], None]
@@ -211,15 +215,15 @@ def test_a_put_in_flight_when_its_thread_is_deleted_does_not_land(pg_url: str) -
                 target=lambda: outcome.append(saver.put(config, checkpoint, metadata, versions))
             )
             putter.start()
-            _wait_for_a_backend_blocked_by(pg_url, blocker.info.backend_pid)
+            wait_for_a_backend_blocked_by(pg_url, blocker.info.backend_pid)
             deleter = threading.Thread(target=lambda: deleting.delete_thread(thread_id))
             deleter.start()
             with psycopg.connect(pg_url, autocommit=True) as watcher:
-                deadline = time.monotonic() + 30
                 # the put waits for the blocker; the deletion, for whatever it waits for
-                while deleter.is_alive() and _backends_waiting_for_locks(watcher) < 2:
-                    assert time.monotonic() < deadline, "the deletion neither waited nor ended"
-                    time.sleep(0.01)  # polling a condition, not timing a race
+                wait_until(
+                    lambda: not deleter.is_alive() or backends_waiting_for_locks(watcher) >= 2,
+                    "the deletion neither waited nor ended",
+                )
             blocker.rollback()
             putter.join(30)
             deleter.join(30)
@@ -254,15 +258,15 @@ def test_a_put_in_flight_when_its_run_is_deleted_does_not_land(pg_url: str) -> N
                 target=lambda: outcome.append(saver.put(config, checkpoint, metadata, versions))
             )
             putter.start()
-            _wait_for_a_backend_blocked_by(pg_url, blocker.info.backend_pid)
+            wait_for_a_backend_blocked_by(pg_url, blocker.info.backend_pid)
             deleter = threading.Thread(target=lambda: deleting.delete_for_runs([run_id]))
             deleter.start()
             with psycopg.connect(pg_url, autocommit=True) as watcher:
-                deadline = time.monotonic() + 30
                 # the put waits for the blocker; the deletion, for whatever it waits for
-                while deleter.is_alive() and _backends_waiting_for_locks(watcher) < 2:
-                    assert time.monotonic() < deadline, "the deletion neither waited nor ended"
-                    time.sleep(0.01)  # polling a condition, not timing a race
+                wait_until(
+                    lambda: not deleter.is_alive() or backends_waiting_for_locks(watcher) >= 2,
+                    "the deletion neither waited nor ended",
+                )
             blocker.rollback()
             putter.join(30)
             deleter.join(30)
@@ -370,7 +374,7 @@ def test_a_delete_chosen_as_a_deadlock_victim_is_rerun_and_deletes(
             )
             deleter = threading.Thread(target=delete)
             deleter.start()
-            _wait_for_a_backend_blocked_by(pg_url, other.info.backend_pid)
+            wait_for_a_backend_blocked_by(pg_url, other.info.backend_pid)
             # Granted once Postgres has aborted the delete (after its deadlock_timeout).
             other.execute(
                 "SELECT pg_advisory_xact_lock(%s, hashtext(%s))",
@@ -466,7 +470,7 @@ def test_a_put_waiting_on_a_cancel_in_flight_is_judged_by_it(pg_url: str) -> Non
             cancel.execute(multitask.RELEASE, params)
             putter = threading.Thread(target=put_as_the_run)
             putter.start()
-            _wait_for_a_backend_blocked_by(pg_url, cancel.info.backend_pid)
+            wait_for_a_backend_blocked_by(pg_url, cancel.info.backend_pid)
             cancel.commit()
         putter.join(30)
         assert not putter.is_alive()
@@ -495,15 +499,6 @@ def test_a_runs_first_put_after_its_thread_was_deleted_is_refused(pg_url: str) -
             RUN_OWNER.reset(fence)
         assert saver.get_tuple(latest(thread_id)) is None
         assert saver.threads.get(thread_id) is None
-
-
-def _backends_waiting_for_locks(conn: psycopg.Connection) -> int:
-    """How many backends of this database wait for a lock (a row's, a thread's, a run's)."""
-    row = conn.execute(
-        "SELECT count(*) FROM pg_stat_activity WHERE datname = current_database()"
-        " AND wait_event_type = 'Lock'"
-    ).fetchone()
-    return int(row[0]) if row else 0
 
 
 # ------------------------------------------------ 2. an older advance loses
@@ -903,7 +898,7 @@ def test_the_sweep_locks_the_thread_before_deleting_its_rows(pg_url: str, strate
             )
             sweeper = threading.Thread(target=lambda: swept.append(saver.sweep()))
             sweeper.start()
-            _wait_for_a_backend_blocked_by(pg_url, writer.info.backend_pid)
+            wait_for_a_backend_blocked_by(pg_url, writer.info.backend_pid)
             writer.execute(
                 "UPDATE colosseum_threads SET expires_at = now() + interval '1 hour' "
                 "WHERE thread_id = %s",
@@ -919,21 +914,6 @@ def test_the_sweep_locks_the_thread_before_deleting_its_rows(pg_url: str, strate
             {"x": f"step {i}"} for i in (2, 1, 0)
         ]
         assert saver.threads.get(thread_id) is not None
-
-
-def _wait_for_a_backend_blocked_by(url: str, pid: int, timeout: float = 30.0) -> None:
-    """Until some backend waits for a lock `pid` holds (Postgres says so: no timing)."""
-    deadline = time.monotonic() + timeout
-    with psycopg.connect(url, autocommit=True) as conn:
-        while True:
-            blocked = conn.execute(
-                "SELECT count(*) FROM pg_stat_activity WHERE %s = ANY(pg_blocking_pids(pid))",
-                (pid,),
-            ).fetchone()
-            if blocked and blocked[0]:
-                return
-            assert time.monotonic() < deadline, "the sweep never reached the locked row"
-            time.sleep(0.02)
 
 
 # ------------------- 7. a head waits for writes that committed before its put

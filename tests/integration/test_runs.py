@@ -31,7 +31,6 @@ import signal
 import subprocess
 import sys
 import threading
-import time
 import uuid
 from collections.abc import Callable, Iterator
 from datetime import timedelta
@@ -61,6 +60,7 @@ from langgraph_colosseum.errors import (
     ThreadBusyError,
 )
 from tests.conftest import CACHE_PREFIX, cache_options, redis_url, truncate
+from tests.integration.locks import wait_until
 
 WORKER = Path(__file__).with_name("runs_worker.py")
 WAIT = 60.0  # seconds any one expected event may take on a loaded machine
@@ -813,16 +813,6 @@ def test_the_cli_shows_runs(pg_url: str, monkeypatch: pytest.MonkeyPatch) -> Non
     assert shown["stuck"]["holder"] == "elsewhere:7" and shown["stuck"]["stopped_by"] == "cancel"
     text = CliRunner().invoke(app, ["runs", "cli-t"])
     assert text.exit_code == 0 and "interrupted" in text.output
-
-
-def wait_until(condition: Callable[[], Any], timeout: float = WAIT) -> Any:
-    """Poll `condition` (a query) until it is truthy: a precondition, not a timing bet."""
-    deadline = time.monotonic() + timeout
-    while not (result := condition()):
-        if time.monotonic() > deadline:
-            raise AssertionError("condition not met in time")
-        time.sleep(0.02)
-    return result
 
 
 def test_a_refused_put_of_a_deleted_run_leaves_the_holders_row(pg_url: str) -> None:

@@ -19,7 +19,6 @@ the TAKE would update next.
 from __future__ import annotations
 
 import threading
-import time
 import uuid
 from typing import Any
 
@@ -31,19 +30,9 @@ from langgraph_colosseum import ColosseumSaver, ThreadBusyError
 from langgraph_colosseum._core import multitask, threads
 from langgraph_colosseum._core.guard import RUN_OWNER, RunFence
 from langgraph_colosseum._core.io import Request, Transaction
+from tests.integration.locks import WAIT, blocked_behind, wait_until
 from tests.integration.test_guards import Once, worker
 from tests.integration.test_runs_stopped import in_thread
-
-WAIT = 30.0
-
-
-def blocked_behind(conn: psycopg.Connection, blocker_pid: int) -> bool:
-    """Whether some backend now waits for a lock that `blocker_pid` holds."""
-    row = conn.execute(
-        "SELECT count(*) FROM pg_stat_activity WHERE %s = ANY(pg_blocking_pids(pid))",
-        (blocker_pid,),
-    ).fetchone()
-    return bool(row and row[0])
 
 
 def start(saver: ColosseumSaver, thread_id: str, run_id: str, strategy: str) -> int:
@@ -69,11 +58,10 @@ class ThreadRowHolder:
     def probe_after_blocked(self, run_id: str) -> threading.Thread:
         def probe() -> None:
             with psycopg.connect(self.pg_url, autocommit=True) as watcher:
-                deadline = time.monotonic() + WAIT
-                while not blocked_behind(watcher, self.taker.info.backend_pid):
-                    if time.monotonic() > deadline:
-                        break  # the transaction under test never reached the row
-                    time.sleep(0.01)  # polling a condition, not timing a race
+                try:
+                    wait_until(lambda: blocked_behind(watcher, self.taker.info.backend_pid))
+                except AssertionError:
+                    pass  # the transaction under test never reached the row
                 else:
                     try:
                         self.taker.execute(
@@ -212,10 +200,10 @@ def test_a_take_arriving_while_the_holder_ends_waits_for_its_end(pg_url: str) ->
             finisher.execute(multitask.FINISH, params)
             outcome: list[Any] = []
             taker = in_thread(lambda: start(saver, thread_id, next_run, "reject"), outcome)
-            deadline = time.monotonic() + WAIT
-            while taker.is_alive() and not blocked_behind(watcher, finisher.info.backend_pid):
-                assert time.monotonic() < deadline, "the take neither waited nor ended"
-                time.sleep(0.01)  # polling a condition, not timing a race
+            wait_until(
+                lambda: not taker.is_alive() or blocked_behind(watcher, finisher.info.backend_pid),
+                "the take neither waited nor ended",
+            )
             finisher.execute(threads.RELEASE, params)
             finisher.execute(multitask.WAKE, {"thread_id": thread_id, "ended": [ending_run]})
             finisher.commit()
@@ -255,10 +243,10 @@ def test_a_take_waiting_for_the_thread_row_reads_it_as_that_holder_left_it(
             )
             outcome: list[Any] = []
             taker = in_thread(lambda: start(saver, thread_id, late_run, "reject"), outcome)
-            deadline = time.monotonic() + WAIT
-            while not blocked_behind(watcher, renewer.info.backend_pid):
-                assert time.monotonic() < deadline, "the take never reached the thread row"
-                time.sleep(0.01)  # polling a condition, not timing a race
+            wait_until(
+                lambda: blocked_behind(watcher, renewer.info.backend_pid),
+                "the take never reached the thread row",
+            )
             renewer.commit()
             taker.join(WAIT)
         assert not taker.is_alive()

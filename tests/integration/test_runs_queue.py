@@ -30,7 +30,8 @@ from psycopg_pool import ConnectionPool
 from langgraph_colosseum import ColosseumSaver
 from langgraph_colosseum._core import multitask
 from tests.conftest import truncate
-from tests.integration.test_runs import WAIT, echo_graph, wait_until
+from tests.integration.locks import blocked_behind, wait_until
+from tests.integration.test_runs import WAIT, echo_graph
 from tests.integration.test_runs_stopped import in_thread
 
 LONG = timedelta(seconds=600)
@@ -197,14 +198,7 @@ def test_a_waiter_leaving_as_the_holder_lets_go_leaves_the_next_told(pg_url: str
                 )
                 pid = finishing.info.backend_pid
 
-                def waits_for_the_finish() -> bool:
-                    blocked = looking.execute(
-                        "SELECT count(*) FROM pg_stat_activity WHERE %s = ANY(pg_blocking_pids(pid))",
-                        (pid,),
-                    ).fetchone()
-                    return bool(blocked and blocked[0])
-
-                wait_until(lambda: not leave.is_alive() or waits_for_the_finish())
+                wait_until(lambda: not leave.is_alive() or blocked_behind(looking, pid))
                 finishing.commit()
             leave.join(WAIT)
             b.join(WAIT)
