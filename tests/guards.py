@@ -263,7 +263,7 @@ GUARDS: list[Guard] = [
         mutant=" WHERE %(only_expired)s::boolean IS NOT NULL) AS k",
         tests=(
             f"{GUARD_TESTS}"
-            "::test_the_keep_latest_sweep_spares_the_history_of_a_thread_written_after_it_was_chosen",
+            "::test_the_sweep_spares_a_thread_written_after_it_was_chosen[keep_latest]",
         ),
     ),
     Guard(
@@ -273,7 +273,7 @@ GUARDS: list[Guard] = [
         mutant='thread_ids, "keep_latest", retention.keep_last or 1, only_expired=False',
         tests=(
             f"{GUARD_TESTS}"
-            "::test_the_keep_latest_sweep_spares_the_history_of_a_thread_written_after_it_was_chosen",
+            "::test_the_sweep_spares_a_thread_written_after_it_was_chosen[keep_latest]",
         ),
     ),
     Guard(
@@ -301,7 +301,7 @@ GUARDS: list[Guard] = [
         ),
         tests=(
             f"{GUARD_TESTS}"
-            "::test_the_keep_latest_sweep_spares_the_history_of_a_thread_written_after_it_was_chosen",
+            "::test_the_sweep_spares_a_thread_written_after_it_was_chosen[keep_latest]",
         ),
     ),
     Guard(

@@ -719,13 +719,17 @@ def test_a_stale_guard_holder_does_not_release_its_successor(pg_url: str) -> Non
 # ------------------------------ 5. the sweep spares a thread written meanwhile
 
 
-def test_the_sweep_spares_a_thread_written_after_it_was_chosen(pg_url: str) -> None:
-    """The sweep selects expired threads, then deletes them in a transaction. A
-    put between the two moves the thread's expiry. Held by the re-check of expiry
-    in DELETE_EXPIRED_THREADS (the rows the sweep locked are still expired): the
-    thread survives whole, every step of it, and its registry row."""
+@pytest.mark.parametrize("strategy", ["delete", "keep_latest"])
+def test_the_sweep_spares_a_thread_written_after_it_was_chosen(pg_url: str, strategy: str) -> None:
+    """The sweep selects expired threads, then deletes (or prunes) them in a
+    transaction. A put between the two moves the thread's expiry: it is live
+    again, and survives whole, every step of it (time travel too), with its
+    registry row and its new expiry. Held by the re-check of expiry under the
+    sweep's locks: DELETE_EXPIRED_THREADS' (the rows the sweep locked are still
+    expired), or, for keep_latest, the prune's kept set filtered to the
+    threads still expired (`only_expired`) and CLEAR_EXPIRY's own re-check."""
     truncate(pg_url)
-    retention = Retention(thread_ttl=timedelta(hours=1))
+    retention = Retention(thread_ttl=timedelta(hours=1), strategy=strategy)  # type: ignore[arg-type]
     live, idle = new_thread("sweep-live"), new_thread("sweep-idle")
     live_steps, idle_steps = Steps(live), Steps(idle)
     with (
@@ -751,10 +755,20 @@ def test_the_sweep_spares_a_thread_written_after_it_was_chosen(pg_url: str) -> N
         sweeper.sweep()
         assert hook.fired
 
-        assert truth.threads.get(idle) is None
-        assert list(truth.list(latest(idle))) == []
+        idle_left = [t.checkpoint["channel_values"] for t in truth.list(latest(idle))]
+        if strategy == "delete":
+            assert truth.threads.get(idle) is None
+            assert idle_left == []
+        else:
+            assert idle_left == [{"x": "idle 2"}]
         info = truth.threads.get(live)
         assert info is not None and info.head_checkpoint_id == live_steps.ids[-1]
+        assert info.expires_at is not None
+        with psycopg.connect(pg_url, autocommit=True) as conn:
+            row = conn.execute(
+                "SELECT expires_at > now() FROM colosseum_threads WHERE thread_id = %s", (live,)
+            ).fetchone()
+        assert row == (True,)
         history = list(truth.list(latest(live)))
         assert [t.checkpoint["id"] for t in history] == live_steps.ids[::-1]
         assert [t.checkpoint["channel_values"] for t in history] == [
@@ -762,60 +776,6 @@ def test_the_sweep_spares_a_thread_written_after_it_was_chosen(pg_url: str) -> N
         ]
         found = writer.get_tuple(latest(live))
         assert found is not None and found.checkpoint["id"] == live_steps.ids[-1]
-
-
-def test_the_keep_latest_sweep_spares_the_history_of_a_thread_written_after_it_was_chosen(
-    pg_url: str,
-) -> None:
-    """As above, with `strategy="keep_latest"`: the sweep selects expired
-    threads, then prunes them in a transaction. A put between the two makes the
-    thread live again, and a live thread keeps its whole history (time travel
-    to every step) and its expiry; the idle one is pruned to its newest
-    checkpoint. Held by the re-check of expiry under the prune's lock
-    (PRUNE_KEEP_LATEST's `expiring` condition)."""
-    truncate(pg_url)
-    retention = Retention(thread_ttl=timedelta(hours=1), strategy="keep_latest")
-    live, idle = new_thread("prune-live"), new_thread("prune-idle")
-    live_steps, idle_steps = Steps(live), Steps(idle)
-    with (
-        worker(pg_url, hot=True, retention=retention) as sweeper,
-        worker(pg_url, hot=True, retention=retention) as writer,
-        worker(pg_url, hot=False) as truth,
-    ):
-        for i in range(3):
-            live_steps.put(writer, f"live {i}")
-            idle_steps.put(writer, f"idle {i}")
-        with psycopg.connect(pg_url, autocommit=True) as conn:
-            conn.execute(
-                "UPDATE colosseum_threads SET expires_at = now() - interval '1 minute' "
-                "WHERE thread_id = ANY(%s)",
-                ([live, idle],),
-            )
-
-        sweeper.before = hook = Once(
-            lambda request: isinstance(request, Transaction),
-            lambda: live_steps.put(writer, "live 3"),
-        )
-        sweeper.sweep()
-        assert hook.fired
-
-        assert [t.checkpoint["channel_values"] for t in truth.list(latest(idle))] == [
-            {"x": "idle 2"}
-        ]
-        history = list(truth.list(latest(live)))
-        assert [t.checkpoint["id"] for t in history] == live_steps.ids[::-1]
-        assert [t.checkpoint["channel_values"] for t in history] == [
-            {"x": f"live {i}"} for i in (3, 2, 1, 0)
-        ]
-        with psycopg.connect(pg_url, autocommit=True) as conn:
-            expiry = dict(
-                conn.execute(
-                    "SELECT thread_id, expires_at > now() FROM colosseum_threads"
-                    " WHERE thread_id = ANY(%s)",
-                    ([live, idle],),
-                ).fetchall()
-            )
-        assert expiry == {live: True, idle: None}  # the idle one is kept without expiry
 
 
 # ----------------------------------------------------- 6. pending-write order
