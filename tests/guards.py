@@ -1701,6 +1701,16 @@ GUARDS: list[Guard] = [
         tests=(f"{GUARD_TESTS}::test_a_worker_whose_claim_was_taken_over_does_not_keep_it_alive",),
     ),
     Guard(
+        name="state versions: a migration holds the thread's run guard, waiting for a run",
+        file="langgraph_colosseum/_base.py",
+        original='                with self.run_guard(thread_id, on_busy="wait", lease=lease):\n',
+        mutant="                if True:\n",
+        tests=(
+            f"{STATE_VERSIONS}"
+            "::test_a_migration_waits_for_the_run_holding_the_thread_and_migrates_its_last_step",
+        ),
+    ),
+    Guard(
         name="read memo: Postgres leaves a checkpoint out only while its digest is the one sent",
         file="langgraph_colosseum/_core/sql.py",
         original="d.memo_digest = %(memo)s::bytea AS remembered",

@@ -331,6 +331,61 @@ def test_pending_sends_follow_a_renamed_node_and_a_removed_node_drops_its_work(
     assert without.invoke({"items": ["x"]}, asking)["done"] == ["noted"]
 
 
+def test_a_migration_waits_for_the_run_holding_the_thread_and_migrates_its_last_step(
+    pg_url: str,
+) -> None:
+    """A run holds the thread (run_guard) when `migrate_state` reaches it: the
+    migration waits for the run (its take finds the thread busy) rather than
+    failing or writing between the run's steps, and then migrates the head the
+    run left, its step included. Held by migrate_state's run_guard around
+    migrate_head."""
+    import threading
+
+    from tests.integration.locks import wait_until
+    from tests.integration.test_guards import worker
+
+    truncate(pg_url)
+    thread_id = "held"
+    config = {"configurable": {"thread_id": thread_id}}
+    with worker(pg_url, hot=False) as migrator, worker(pg_url, hot=False) as runner:
+        v1 = StateGraph(CountV1)
+        v1.add_node("count", count)
+        v1.add_edge(START, "count")
+        graph = v1.compile(checkpointer=runner)
+        graph.invoke({"query": "q"}, config)
+        turned_away = threading.Event()
+
+        def busy(request: Any, result: Any) -> None:
+            taking = isinstance(request, Transaction)
+            if taking and request.queries[-1].sql is threads_sql.ACQUIRE and not result[-1]:
+                turned_away.set()
+
+        migrator.after = busy
+        outcome: list[Any] = []
+
+        def migrate() -> None:
+            try:
+                outcome.append(migrator.migrate_state(2, {1: rename_query}, thread_ids=[thread_id]))
+            except Exception as exc:
+                outcome.append(exc)
+
+        with runner.run_guard(thread_id):
+            migration = threading.Thread(target=migrate)
+            migration.start()
+            wait_until(
+                lambda: turned_away.is_set() or not migration.is_alive(),
+                "the migration neither waited for the run nor ended",
+            )
+            graph.invoke({"query": "q2"}, config)  # the run's step, while it holds the thread
+        migration.join(60)
+        assert not migration.is_alive()
+        assert len(outcome) == 1 and isinstance(outcome[0], dict), outcome
+        assert outcome[0]["migrated"] == 1
+        head = migrator.get_tuple(config)
+        assert head is not None and head.metadata["source"] == "migration"
+        assert head.checkpoint["channel_values"]["n"] == 2  # the run's step, migrated
+
+
 def test_a_thread_another_migration_took_meanwhile_is_not_migrated_again(pg_url: str) -> None:
     """Two `state migrate` runs pick the same old thread; the second to get its
     guard finds it at the new version (re-read under the guard) and leaves it."""
