@@ -189,6 +189,37 @@ def test_a_put_pointing_a_channel_back_at_an_older_version_reads_alike_from_redi
         assert repr(found.checkpoint) == repr(expected.checkpoint)
 
 
+def _put_stopped_while_removed(
+    pg_url: str,
+    saver: ColosseumSaver,
+    put: tuple[Any, ...],
+    block: tuple[str, tuple[Any, ...]],
+    remove: Callable[[], None],
+) -> list[Any]:
+    """The put, stopped inside its statement by `block` (a statement another
+    transaction runs first and holds uncommitted), while `remove` runs until it
+    ends or waits for a lock; then the put goes on. What the put returned."""
+    outcome: list[Any] = []
+    with psycopg.connect(pg_url) as blocker:
+        blocker.execute(*block)
+        putter = threading.Thread(target=lambda: outcome.append(saver.put(*put)))
+        putter.start()
+        wait_for_a_backend_blocked_by(pg_url, blocker.info.backend_pid)
+        remover = threading.Thread(target=remove)
+        remover.start()
+        with psycopg.connect(pg_url, autocommit=True) as watcher:
+            # the put waits for the blocker; the removal, for whatever it waits for
+            wait_until(
+                lambda: not remover.is_alive() or backends_waiting_for_locks(watcher) >= 2,
+                "the removal neither waited nor ended",
+            )
+        blocker.rollback()
+        putter.join(30)
+        remover.join(30)
+    assert not putter.is_alive() and not remover.is_alive()
+    return outcome
+
+
 def test_a_put_in_flight_when_its_thread_is_deleted_does_not_land(pg_url: str) -> None:
     """delete_thread while a put of the thread is in flight (its statement
     started, stopped at the insert of its checkpoint row, which another
@@ -203,31 +234,15 @@ def test_a_put_in_flight_when_its_thread_is_deleted_does_not_land(pg_url: str) -
     steps = Steps(thread_id)
     with worker(pg_url, hot=False) as saver, worker(pg_url, hot=False) as deleting:
         steps.put(saver, "before")
-        config, checkpoint, metadata, versions = steps.next(saver, "in flight")
-        outcome: list[Any] = []
-        with psycopg.connect(pg_url) as blocker:
-            blocker.execute(
-                "INSERT INTO colosseum_checkpoints (thread_id, checkpoint_ns, checkpoint_id,"
-                " checkpoint, metadata) VALUES (%s, '', %s, '{}', '{}')",
-                (thread_id, checkpoint["id"]),
-            )
-            putter = threading.Thread(
-                target=lambda: outcome.append(saver.put(config, checkpoint, metadata, versions))
-            )
-            putter.start()
-            wait_for_a_backend_blocked_by(pg_url, blocker.info.backend_pid)
-            deleter = threading.Thread(target=lambda: deleting.delete_thread(thread_id))
-            deleter.start()
-            with psycopg.connect(pg_url, autocommit=True) as watcher:
-                # the put waits for the blocker; the deletion, for whatever it waits for
-                wait_until(
-                    lambda: not deleter.is_alive() or backends_waiting_for_locks(watcher) >= 2,
-                    "the deletion neither waited nor ended",
-                )
-            blocker.rollback()
-            putter.join(30)
-            deleter.join(30)
-        assert not putter.is_alive() and not deleter.is_alive()
+        put = steps.next(saver, "in flight")
+        block = (
+            "INSERT INTO colosseum_checkpoints (thread_id, checkpoint_ns, checkpoint_id,"
+            " checkpoint, metadata) VALUES (%s, '', %s, '{}', '{}')",
+            (thread_id, put[1]["id"]),
+        )
+        outcome = _put_stopped_while_removed(
+            pg_url, saver, put, block, lambda: deleting.delete_thread(thread_id)
+        )
         assert len(outcome) == 1  # the put itself succeeded, before the deletion
         assert saver.get_tuple(latest(thread_id)) is None
         assert list(saver.list(latest(thread_id))) == []
@@ -248,29 +263,11 @@ def test_a_put_in_flight_when_its_run_is_deleted_does_not_land(pg_url: str) -> N
     with worker(pg_url, hot=False) as saver, worker(pg_url, hot=False) as deleting:
         kept = steps.put(saver, "before the run")
         config, checkpoint, metadata, versions = steps.next(saver, "the run's step")
-        config = {**config, "metadata": {"run_id": run_id}}
-        outcome: list[Any] = []
-        with psycopg.connect(pg_url) as blocker:
-            blocker.execute(
-                "SELECT 1 FROM colosseum_threads WHERE thread_id = %s FOR UPDATE", (thread_id,)
-            )
-            putter = threading.Thread(
-                target=lambda: outcome.append(saver.put(config, checkpoint, metadata, versions))
-            )
-            putter.start()
-            wait_for_a_backend_blocked_by(pg_url, blocker.info.backend_pid)
-            deleter = threading.Thread(target=lambda: deleting.delete_for_runs([run_id]))
-            deleter.start()
-            with psycopg.connect(pg_url, autocommit=True) as watcher:
-                # the put waits for the blocker; the deletion, for whatever it waits for
-                wait_until(
-                    lambda: not deleter.is_alive() or backends_waiting_for_locks(watcher) >= 2,
-                    "the deletion neither waited nor ended",
-                )
-            blocker.rollback()
-            putter.join(30)
-            deleter.join(30)
-        assert not putter.is_alive() and not deleter.is_alive()
+        put = ({**config, "metadata": {"run_id": run_id}}, checkpoint, metadata, versions)
+        block = ("SELECT 1 FROM colosseum_threads WHERE thread_id = %s FOR UPDATE", (thread_id,))
+        outcome = _put_stopped_while_removed(
+            pg_url, saver, put, block, lambda: deleting.delete_for_runs([run_id])
+        )
         assert len(outcome) == 1  # the put itself succeeded, before the deletion
         head = saver.get_tuple(latest(thread_id))
         assert head is not None and head.checkpoint["id"] == kept
