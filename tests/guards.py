@@ -280,7 +280,7 @@ GUARDS: list[Guard] = [
         name="sweep: the thread row is locked before a keep_latest prune",
         file="langgraph_colosseum/_core/store.py",
         original=(
-            "            queries.append(Query(LOCK_STILL_EXPIRED, "
+            "            queries.append(Query(sql.LOCK_STILL_EXPIRED, "
             '{"thread_ids": thread_list}, fetch=False))\n'
         ),
         mutant="            pass\n",
@@ -306,7 +306,7 @@ GUARDS: list[Guard] = [
     ),
     Guard(
         name="sweep: the thread row is locked before its rows are deleted",
-        file="langgraph_colosseum/_core/threads.py",
+        file="langgraph_colosseum/_core/sql.py",
         original="AND expires_at < now()\nFOR UPDATE",
         mutant="AND expires_at < now()",
         tests=(f"{GUARD_TESTS}::test_the_sweep_locks_the_thread_before_deleting_its_rows",),

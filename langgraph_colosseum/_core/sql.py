@@ -996,6 +996,16 @@ SET before = CASE WHEN EXCLUDED.before > g.before THEN EXCLUDED.before
     deleted_at = now()
 """
 _EXPIRED = "AND thread_id IN (SELECT thread_id FROM colosseum_threads WHERE expires_at < now())"
+# The sweep's first statement after the thread locks (its delete, its prune):
+# the rows of the threads still expired, locked. A thread written since the
+# sweep chose it (threads.EXPIRED) has a later expiry now and is left alone; a
+# read that pushes its expiry back (which takes no thread lock) waits for this
+# transaction.
+LOCK_STILL_EXPIRED = """
+SELECT thread_id FROM colosseum_threads
+WHERE thread_id = ANY(%(thread_ids)b::text[]) AND expires_at < now()
+FOR UPDATE
+"""
 TOMBSTONE_THREADS = (_TOMBSTONE_THREADS.format(only=""), _DELETED_THREAD.format(only=""))
 TOMBSTONE_EXPIRED_THREADS = (
     _TOMBSTONE_THREADS.format(only=_EXPIRED),

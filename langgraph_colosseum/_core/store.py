@@ -1447,9 +1447,7 @@ class CheckpointStore:
         statements = [sql.DELETE_LOCK, rehome, *tombstones, *deletes]
         statements.append(sql.MOVE_EPOCHS)  # the epochs move with the deletion
         if only_expired:
-            from langgraph_colosseum._core.threads import LOCK_STILL_EXPIRED
-
-            statements.insert(1, LOCK_STILL_EXPIRED)
+            statements.insert(1, sql.LOCK_STILL_EXPIRED)
         queries = [Query(q, params, fetch=False) for q in statements]
         asked_at = self._clock()
         results = yield Transaction(self._reading_incarnation(queries))
@@ -1617,10 +1615,8 @@ class CheckpointStore:
             return
         self.forget_threads(thread_list)
         queries = [Query(sql.DELETE_LOCK, {"thread_ids": thread_list}, fetch=False)]
-        if only_expired:  # the rows of the threads still expired, as the sweep's delete
-            from langgraph_colosseum._core.threads import LOCK_STILL_EXPIRED
-
-            queries.append(Query(LOCK_STILL_EXPIRED, {"thread_ids": thread_list}, fetch=False))
+        if only_expired:
+            queries.append(Query(sql.LOCK_STILL_EXPIRED, {"thread_ids": thread_list}, fetch=False))
         queries += yield from self._freeze_histories([row[:4] for row in kept])
         queries += yield from self._compact(kept)
         kept_params = {

@@ -685,14 +685,6 @@ ORDER BY expires_at
 LIMIT %(batch)s
 """
 
-# Taken again under the row lock: a thread written since EXPIRED ran has a
-# later expiry now, and is left alone (its put waits for this transaction).
-LOCK_STILL_EXPIRED = """
-SELECT thread_id FROM colosseum_threads
-WHERE thread_id = ANY(%(thread_ids)b::text[]) AND expires_at < now()
-FOR UPDATE
-"""
-
 CLEAR_EXPIRY = """
 UPDATE colosseum_threads SET expires_at = NULL
 WHERE thread_id = ANY(%(thread_ids)b::text[]) AND expires_at < now()

@@ -9,6 +9,7 @@ import operator
 import os
 import subprocess
 import sys
+import threading
 import uuid
 from collections.abc import Iterator
 from pathlib import Path
@@ -23,6 +24,8 @@ from langgraph_colosseum import AsyncColosseumSaver, ColosseumSaver, Migration
 from langgraph_colosseum._core import threads as threads_sql
 from langgraph_colosseum._core.io import Transaction
 from tests.conftest import flush_cache, migrated_database, redis_url, truncate
+from tests.integration.locks import wait_until
+from tests.integration.test_runs_stopped import in_thread
 
 ROOT = Path(__file__).resolve().parents[2]
 # This process runs the application's version 1 (APP_STATE_VERSION unset).
@@ -219,6 +222,14 @@ def count(state: dict) -> dict:
     return {"n": state.get("n", 0) + 1}
 
 
+def count_graph(schema: type) -> StateGraph:
+    """START -> count, over `schema` (CountV1 or CountV2): not compiled."""
+    builder = StateGraph(schema)
+    builder.add_node("count", count)
+    builder.add_edge(START, "count")
+    return builder
+
+
 def rename_query(values: dict) -> None:
     if "query" in values:
         values["queries"] = [values.pop("query")]
@@ -231,15 +242,11 @@ async def test_every_read_path_migrates_and_none_writes(
     and time travel read version 1's checkpoints as version 2; reading writes
     nothing; the first step of version 2 writes the migrated values as new rows."""
     config = {"configurable": {"thread_id": "counting"}}
-    v1 = StateGraph(CountV1)
-    v1.add_node("count", count)
-    v1.add_edge(START, "count")
+    v1 = count_graph(CountV1)
     await v1.compile(checkpointer=asaver).ainvoke({"query": "q", "n": 0}, config)
     before = stored_rows(pg_url, "counting")
 
-    v2 = StateGraph(CountV2)
-    v2.add_node("count", count)
-    v2.add_edge(START, "count")
+    v2 = count_graph(CountV2)
     graph = asaver.versioned(v2.compile(), 2, {1: rename_query})
     state = await graph.aget_state(config)
     assert state.values == {"n": 1, "queries": ["q"]}
@@ -339,18 +346,13 @@ def test_a_migration_waits_for_the_run_holding_the_thread_and_migrates_its_last_
     failing or writing between the run's steps, and then migrates the head the
     run left, its step included. Held by migrate_state's run_guard around
     migrate_head."""
-    import threading
-
-    from tests.integration.locks import wait_until
     from tests.integration.test_guards import worker
 
     truncate(pg_url)
     thread_id = "held"
     config = {"configurable": {"thread_id": thread_id}}
     with worker(pg_url, hot=False) as migrator, worker(pg_url, hot=False) as runner:
-        v1 = StateGraph(CountV1)
-        v1.add_node("count", count)
-        v1.add_edge(START, "count")
+        v1 = count_graph(CountV1)
         graph = v1.compile(checkpointer=runner)
         graph.invoke({"query": "q"}, config)
         turned_away = threading.Event()
@@ -362,16 +364,11 @@ def test_a_migration_waits_for_the_run_holding_the_thread_and_migrates_its_last_
 
         migrator.after = busy
         outcome: list[Any] = []
-
-        def migrate() -> None:
-            try:
-                outcome.append(migrator.migrate_state(2, {1: rename_query}, thread_ids=[thread_id]))
-            except Exception as exc:
-                outcome.append(exc)
-
         with runner.run_guard(thread_id):
-            migration = threading.Thread(target=migrate)
-            migration.start()
+            migration = in_thread(
+                lambda: migrator.migrate_state(2, {1: rename_query}, thread_ids=[thread_id]),
+                outcome,
+            )
             wait_until(
                 lambda: turned_away.is_set() or not migration.is_alive(),
                 "the migration neither waited for the run nor ended",
@@ -394,9 +391,7 @@ def test_a_thread_another_migration_took_meanwhile_is_not_migrated_again(pg_url:
     truncate(pg_url)
     thread_id = "raced"
     with worker(pg_url, hot=False) as one, worker(pg_url, hot=False) as two:
-        v1 = StateGraph(CountV1)
-        v1.add_node("count", count)
-        v1.add_edge(START, "count")
+        v1 = count_graph(CountV1)
         v1.compile(checkpointer=one).invoke(
             {"query": "q"}, {"configurable": {"thread_id": thread_id}}
         )

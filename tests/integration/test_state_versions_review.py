@@ -22,7 +22,13 @@ from langgraph.types import Command, interrupt
 from langgraph_colosseum import AsyncColosseumSaver, ColosseumSaver, Migration
 from langgraph_colosseum.errors import StateVersionError
 from tests.conftest import truncate
-from tests.integration.test_state_versions import CountV1, CountV2, count, rename_query
+from tests.integration.test_state_versions import (
+    CountV1,
+    CountV2,
+    count,
+    count_graph,
+    rename_query,
+)
 
 
 class Priced(TypedDict, total=False):
@@ -111,14 +117,10 @@ def test_a_write_racing_state_migrate_stays_the_head(pg_url: str, hot: bool) -> 
     thread_id = "raced-by-a-worker"
     config = {"configurable": {"thread_id": thread_id}}
     with worker(pg_url, hot=hot) as one, worker(pg_url, hot=hot) as two:
-        v1 = StateGraph(CountV1)
-        v1.add_node("count", count)
-        v1.add_edge(START, "count")
+        v1 = count_graph(CountV1)
         v1.compile(checkpointer=one).invoke({"query": "q", "n": 0}, config)
 
-        v2 = StateGraph(CountV2)
-        v2.add_node("count", count)
-        v2.add_edge(START, "count")
+        v2 = count_graph(CountV2)
         graph = one.versioned(v2.compile(), 2, {1: rename_query})
 
         def the_migration() -> None:
@@ -224,9 +226,7 @@ def test_a_metadata_state_version_that_is_no_integer_counts_as_version_1(
     """A thread whose metadata holds a `state_version` of the application's own
     (a string: config metadata reaches every checkpoint) is at version 1, as
     reads take it; `state versions` and `state migrate` do not fail on it."""
-    builder = StateGraph(CountV1)
-    builder.add_node("count", count)
-    builder.add_edge(START, "count")
+    builder = count_graph(CountV1)
     thread_id = f"own-version-{uuid.uuid4().hex[:8]}"
     config = {"configurable": {"thread_id": thread_id}, "metadata": {"state_version": "beta"}}
     builder.compile(checkpointer=saver).invoke({"query": "q", "n": 0}, config)
