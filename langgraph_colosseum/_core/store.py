@@ -2001,9 +2001,10 @@ class CheckpointStore:
 
     def _inline_value(self, where: tuple[str, str, str], checkpoint_id: str, stored: Any) -> Any:
         """A value its checkpoint's document holds (see _load_checkpoint_document)."""
+        if self.codec.encryption is not None:  # no inline value is ever sealed
+            sealed = RowSealError("the value is plaintext where ciphertext is expected")
+            raise corrupt_row(where, checkpoint_id, sealed)
         try:
-            if self.codec.encryption is not None:  # no inline value is ever sealed
-                raise RowSealError("the value is plaintext where ciphertext is expected")
             return self.codec.load_parsed(JSON, stored, None, None)
         except Exception as exc:  # any decode failure: the row is unreadable
             raise corrupt_row(where, checkpoint_id, exc) from exc
