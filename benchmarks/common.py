@@ -84,6 +84,10 @@ OURS_BOUNCER_ENCRYPTED = "ColosseumSaver+PgBouncer+Encryption"
 # in the chat cells only: on the same tables as `ours`, a cell open beside it
 # (long-20k's) would be measured together with it.
 OURS_COMPACT = "ColosseumSaver+compact"
+# Ours on Postgres alone with `inline_values=True` (small scalars carried in
+# each checkpoint's document too); measured by benchmarks/long_ab.py, which
+# runs one cell at a time, for the reason above.
+OURS_INLINE = "ColosseumSaver+inline"
 # Ours with on_conflict="raise", alone and with the Redis head (benchmarks/on_conflict.py).
 OURS_ON_CONFLICT = "ColosseumSaver+on_conflict"
 OURS_HOT_ON_CONFLICT = "ColosseumSaver+Redis+on_conflict"
@@ -486,7 +490,14 @@ def sync_saver(bench: Bench, name: str) -> Iterator[tuple[Any, Callable[[], int 
         with PostgresSaver.from_conn_string(bench.url) as saver:
             saver.setup()
             yield saver, lambda: bench.table_bytes(REF)
-    elif name in (OURS, OURS_HOT, OURS_ON_CONFLICT, OURS_HOT_ON_CONFLICT, OURS_COMPACT):
+    elif name in (
+        OURS,
+        OURS_HOT,
+        OURS_ON_CONFLICT,
+        OURS_HOT_ON_CONFLICT,
+        OURS_COMPACT,
+        OURS_INLINE,
+    ):
         bench.truncate(OURS)
         bench.clear_cache()
         hot = name in (OURS_HOT, OURS_HOT_ON_CONFLICT)
@@ -497,6 +508,8 @@ def sync_saver(bench: Bench, name: str) -> Iterator[tuple[Any, Callable[[], int 
             options["on_conflict"] = "raise"
         if name == OURS_COMPACT:
             options["compact_forms"] = True
+        if name == OURS_INLINE:
+            options["inline_values"] = True
         with ColosseumSaver.from_conn_string(bench.url, **options) as saver:
             saver.setup()
             yield saver, lambda: bench.table_bytes(OURS)

@@ -6,7 +6,8 @@
 
 Each run fills a fresh thread per saver (tables truncated, as benchmarks.run
 does), then measures `get_tuple` at the head (median of 20) and one full
-`list()`, with longthread.py's code. Printed per run and as medians of the
+`list()`, with longthread.py's code; ours twice, as configured by default
+and with `inline_values=True`. Printed per run and as medians of the
 per-run ratios (ours / PostgresSaver of the same run); raw figures go to
 /tmp/long-ab-<shape>-<n>.json. One private PostgreSQL 18 (pg_stat_statements).
 """
@@ -21,7 +22,7 @@ import sys
 import time
 import uuid
 
-from benchmarks.common import OURS, REF, Bench, Meter, sync_saver
+from benchmarks.common import OURS, OURS_INLINE, REF, Bench, Meter, sync_saver
 from benchmarks.longthread import fill, list_all, loop_graph
 from benchmarks.servers import private_postgres
 
@@ -90,7 +91,7 @@ def main() -> None:
         try:
             for shape in shapes:
                 for rep in range(reps):
-                    for name in (REF, OURS):
+                    for name in (REF, OURS, OURS_INLINE):
                         r = one(bench, name, shape, n)
                         out.setdefault(shape, {}).setdefault(name, []).append(r)
                         log(f"{shape} {rep} {name}: {fmt(r)}")
@@ -99,23 +100,29 @@ def main() -> None:
     with open(f"/tmp/long-ab-{what}-{n}.json", "w") as f:
         json.dump(out, f, default=str, indent=1)
     for shape, cells in out.items():
-        ratios = {"get": [], "list": [], "puts": []}
-        for ref, ours in zip(cells[REF], cells[OURS]):
-            ratios["get"].append(ours["get"]["median_s"] / ref["get"]["median_s"])
-            ratios["list"].append(ours["list"]["wall_s"] / ref["list"]["wall_s"])
-            ratios["puts"].append(ours["put"]["puts_per_s"] / ref["put"]["puts_per_s"])
+        for ours_name in (OURS, OURS_INLINE):
+            print(f"{shape} n={n} {ours_name}: {_medians(cells, ours_name)}")
 
-        def med(name, part, key, cells=cells):
-            return statistics.median(r[part][key] for r in cells[name])
 
-        print(
-            f"{shape} n={n} medians of {len(cells[REF])}: "
-            f"get_tuple {med(OURS, 'get', 'median_s') * 1e6:.0f} / "
-            f"{med(REF, 'get', 'median_s') * 1e6:.0f} us = {statistics.median(ratios['get']):.2f}; "
-            f"list {med(OURS, 'list', 'wall_s'):.3f} / {med(REF, 'list', 'wall_s'):.3f} s = "
-            f"{statistics.median(ratios['list']):.2f}; puts/s {med(OURS, 'put', 'puts_per_s'):.0f} / "
-            f"{med(REF, 'put', 'puts_per_s'):.0f} = {statistics.median(ratios['puts']):.2f}"
-        )
+def _medians(cells: dict, ours_name: str) -> str:
+    """The medians of one of ours against PostgresSaver, and of their per-run ratios."""
+    ratios: dict[str, list[float]] = {"get": [], "list": [], "puts": []}
+    for ref, ours in zip(cells[REF], cells[ours_name]):
+        ratios["get"].append(ours["get"]["median_s"] / ref["get"]["median_s"])
+        ratios["list"].append(ours["list"]["wall_s"] / ref["list"]["wall_s"])
+        ratios["puts"].append(ours["put"]["puts_per_s"] / ref["put"]["puts_per_s"])
+
+    def med(name: str, part: str, key: str) -> float:
+        return statistics.median(r[part][key] for r in cells[name])
+
+    return (
+        f"medians of {len(cells[REF])}: "
+        f"get_tuple {med(ours_name, 'get', 'median_s') * 1e6:.0f} / "
+        f"{med(REF, 'get', 'median_s') * 1e6:.0f} us = {statistics.median(ratios['get']):.2f}; "
+        f"list {med(ours_name, 'list', 'wall_s'):.3f} / {med(REF, 'list', 'wall_s'):.3f} s = "
+        f"{statistics.median(ratios['list']):.2f}; puts/s {med(ours_name, 'put', 'puts_per_s'):.0f}"
+        f" / {med(REF, 'put', 'puts_per_s'):.0f} = {statistics.median(ratios['puts']):.2f}"
+    )
 
 
 if __name__ == "__main__":

@@ -98,6 +98,7 @@ class ColosseumSaverBase(BaseCheckpointSaver[str], abc.ABC, Generic[ThreadsT]):
         on_conflict: str | None = None,
         on_conflict_hold: timedelta | None = DEFAULT_ON_CONFLICT_HOLD,
         compact_forms: bool = False,
+        inline_values: bool = False,
     ) -> None:
         """`cache`: the driver's Redis client for the hot head, or None for none.
         `encryption`: AES-256-GCM keys sealing every stored value (_core/crypt.py).
@@ -111,7 +112,11 @@ class ColosseumSaverBase(BaseCheckpointSaver[str], abc.ABC, Generic[ThreadsT]):
         `compact_forms`: new threads get short channel versions and checkpoints
         record their channel order by place (README, "Stored forms change in two
         releases"): only once no process of a release before 2026-12-04's uses
-        the database."""
+        the database.
+        `inline_values`: each checkpoint also carries the small scalar values it
+        changes, so reads need no value row for them (the same README section):
+        only once no process of a release before 2026-12-07's uses the
+        database."""
         self.types: TypeRegistry = default_registry()
         for cls in types:
             self.types.register(cls)
@@ -127,6 +132,7 @@ class ColosseumSaverBase(BaseCheckpointSaver[str], abc.ABC, Generic[ThreadsT]):
             page_size=page_size,
             snapshot_every=snapshot_every,
             compact_forms=compact_forms,
+            inline_values=inline_values,
         )
         if on_conflict not in (None, "raise"):
             raise InvalidConfigError(f'on_conflict must be "raise" or None, got {on_conflict!r}')

@@ -109,6 +109,7 @@ class AsyncColosseumSaver(ColosseumSaverBase[AsyncThreads]):
         on_conflict: str | None = None,
         on_conflict_hold: timedelta | None = DEFAULT_ON_CONFLICT_HOLD,
         compact_forms: bool = False,
+        inline_values: bool = False,
     ) -> None:
         """`cache`: a `redis.asyncio.Redis` or `RedisCluster` for the hot head (see
         `ColosseumSaver`)."""
@@ -125,6 +126,7 @@ class AsyncColosseumSaver(ColosseumSaverBase[AsyncThreads]):
             on_conflict=on_conflict,
             on_conflict_hold=on_conflict_hold,
             compact_forms=compact_forms,
+            inline_values=inline_values,
         )
         if pgbouncer:
             require_transaction_mode_safe(conn)

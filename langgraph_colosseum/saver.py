@@ -93,6 +93,7 @@ class ColosseumSaver(ColosseumSaverBase[Threads]):
         on_conflict: str | None = None,
         on_conflict_hold: timedelta | None = DEFAULT_ON_CONFLICT_HOLD,
         compact_forms: bool = False,
+        inline_values: bool = False,
     ) -> None:
         """`cache`: a `redis.Redis` or `redis.cluster.RedisCluster` for the hot head;
         its keys are `cache_prefix` + `{thread_id}`, and idle ones expire after `hot_ttl`."""
@@ -109,6 +110,7 @@ class ColosseumSaver(ColosseumSaverBase[Threads]):
             on_conflict=on_conflict,
             on_conflict_hold=on_conflict_hold,
             compact_forms=compact_forms,
+            inline_values=inline_values,
         )
         if pgbouncer:
             require_transaction_mode_safe(conn)

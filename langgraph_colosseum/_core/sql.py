@@ -107,6 +107,8 @@ LEFT JOIN LATERAL (
         ) AS v
         WHERE %(known)s::jsonb ->> ver.channel IS DISTINCT FROM ver.version
           AND NOT r.remembered  -- the reader has them all (_DIGEST)
+          -- a value the document carries (store.py, _inline_values) needs no row
+          AND NOT coalesce(c.checkpoint -> 'channel_values' ? ver.channel, false)
       UNION ALL
         SELECT b.* FROM chain
         CROSS JOIN LATERAL (
@@ -1708,12 +1710,16 @@ WHERE thread_id = %(k0)s AND checkpoint_ns = %(k1)s AND checkpoint_id = %(k2)s
 # Checkpoint metadata: sealed with another key, or not sealed at all.
 REKEY_METADATA_OLD_KEY = "metadata #>> '{$sealed,k}' <> %(key_id)s"
 REKEY_METADATA_PLAINTEXT = "NOT metadata ? '$sealed'"
+# A document's inline values (inline_values=True: plaintext; their rows are
+# sealed by the value passes) leave it as its metadata is sealed (what that
+# binds of the document, crypt.metadata_aad, stays).
 REKEY_SELECT_METADATA = """
 SELECT thread_id, checkpoint_ns, checkpoint_id, metadata::text, checkpoint::text
 FROM colosseum_checkpoints WHERE {where} LIMIT %(limit)s
 """
 REKEY_UPDATE_METADATA = """
-UPDATE colosseum_checkpoints SET metadata = %(new)s::jsonb
+UPDATE colosseum_checkpoints
+SET metadata = %(new)s::jsonb, checkpoint = checkpoint - 'channel_values'
 WHERE thread_id = %(k0)s AND checkpoint_ns = %(k1)s AND checkpoint_id = %(k2)s
   AND metadata::text = %(old)s
 """

@@ -213,6 +213,7 @@ class CheckpointStore:
         snapshot_every: int = shapes.DEFAULT_SNAPSHOT_EVERY,
         base_cache_bytes: int = DEFAULT_MAX_BYTES,
         compact_forms: bool = False,
+        inline_values: bool = False,
     ) -> None:
         if snapshot_every < 1:
             raise ValueError(f"snapshot_every must be at least 1, got {snapshot_every}")
@@ -223,6 +224,12 @@ class CheckpointStore:
         # (short versions, the channel order by place; README, "Stored forms
         # change in two releases"); every release reads both forms.
         self.compact_forms = compact_forms
+        # Keep small scalar values in each checkpoint's document as well as in
+        # their rows, so that reads need no row for them (releases since
+        # 2026-12-07 read it; README, "Stored forms change in two releases").
+        # Never under encryption= (a document is not sealed) nor for a serde's
+        # values (bytes, not the codec's JSON).
+        self.inline_values = inline_values and codec.encryption is None and codec.jsonb_values
         self.bases = BaseCache(base_cache_bytes)
         self.seeds = ValueMemo(base_cache_bytes)
         self.memo = CheckpointMemo(base_cache_bytes)  # the heads read (see get_tuple)
@@ -804,7 +811,9 @@ class CheckpointStore:
         )
         parent_id = checkpoint_id_of(config, thread_id)
         document = self._checkpoint_document(
-            checkpoint, Where(thread_id, checkpoint_ns, checkpoint_id, "<checkpoint>")
+            checkpoint,
+            Where(thread_id, checkpoint_ns, checkpoint_id, "<checkpoint>"),
+            self._inline_values(checkpoint, new_versions) if self.inline_values else None,
         )
         if self.codec.encryption is not None:
             metadata_text = self.codec.seal_metadata(
@@ -2145,8 +2154,35 @@ class CheckpointStore:
         except Exception as exc:
             raise corrupt_row((thread_id, checkpoint_ns, channel), checkpoint_id, exc) from exc
 
-    def _checkpoint_document(self, checkpoint: Checkpoint, where: Where) -> str:
-        """The checkpoint without its values, as jsonb text.
+    def _inline_values(
+        self, checkpoint: Checkpoint, new_versions: ChannelVersions
+    ) -> dict[str, Any]:
+        """What a checkpoint's document carries (`inline_values=True`): the value
+        of each channel it changes (at the version it names) that is a small
+        scalar, in the codec's JSON, the value the channel's row holds. An
+        unchanged channel is read from its row, as every release reads it: the
+        value at that version is the row's, not necessarily what a caller
+        passed in `channel_values` for a channel it did not change."""
+        inline = {}
+        values = checkpoint["channel_values"]
+        versions = checkpoint["channel_versions"]
+        for channel, version in new_versions.items():
+            value = values.get(channel, _ABSENT)
+            kind = type(value)
+            if kind not in _INLINE_TYPES or versions.get(channel) != version:
+                continue
+            if (kind is str and len(value) > INLINE_TEXT_MAX) or (
+                kind is int and not -_INLINE_INT_LIMIT < value < _INLINE_INT_LIMIT
+            ):
+                continue
+            inline[channel] = self.codec.encode_data(value)
+        return inline
+
+    def _checkpoint_document(
+        self, checkpoint: Checkpoint, where: Where, inline: dict[str, Any] | None = None
+    ) -> str:
+        """The checkpoint as jsonb text: without its values, but for those
+        `inline` holds (in the codec's JSON, see _inline_values).
 
         `channel_versions` stays a plain JSON object, outside the codec, because
         SQL joins on it (``checkpoint -> 'channel_versions' ->> channel``): a
@@ -2188,6 +2224,8 @@ class CheckpointStore:
             document[_CHANNEL_ORDER] = (
                 _channel_places(versions) if self.compact_forms else list(versions)
             )
+        if inline:
+            document["channel_values"] = inline
         try:
             return orjson.dumps(document).decode()
         except orjson.JSONEncodeError as exc:
@@ -2343,9 +2381,18 @@ _RESERVED = frozenset((_CHANNEL_ORDER, _KEY_ORDER))
 # A checkpoint's values kept in its document ("channel_values": channel ->
 # value in the codec's JSON, a plain object: each value is decoded alone, so a
 # channel named as the codec's tag stays a name): read since 2026-12-07, and
-# written by no release yet (README, "Stored forms change in two releases").
-# Those channels need no value row; the others are read from their rows.
+# written with `inline_values=True` beside the values' rows (README, "Stored
+# forms change in two releases"). Readers take those channels from the
+# document and need no row for them; the others are read from their rows.
 _NOTHING_INLINE: frozenset[str] = frozenset()
+# What a document carries inline: scalars whose codec JSON is a few bytes, as
+# the values of a counter, a flag, a route or a short label are. Every
+# checkpoint repeats them while the channel holds them, so longer text (a
+# message, a document) stays a row of its own, written once per version.
+_INLINE_TYPES = frozenset((type(None), bool, int, float, str))
+INLINE_TEXT_MAX = 64
+_INLINE_INT_LIMIT = 2**63
+_ABSENT = object()
 # The order of a Checkpoint's fields as LangGraph builds one (`empty_checkpoint`,
 # `create_checkpoint`): restored without being recorded.
 _CHECKPOINT_FIELDS = (

@@ -83,7 +83,7 @@ class BlockingAsAsync(BaseCheckpointSaver):
 @pytest.mark.parametrize(
     "cache",
     [*CACHE_MODES, "cluster", "pgbouncer", "pgbouncer-redis", "tls", "on_conflict",
-     "redis-on_conflict"],
+     "redis-on_conflict", "inline_values", "redis-inline_values"],
 )  # fmt: skip
 @pytest.mark.parametrize("driver", ["async", "sync"])
 async def test_conformance_all_capabilities(
@@ -100,7 +100,7 @@ async def test_conformance_all_capabilities(
         url = tls.postgres.url()
 
     def cache_client() -> Any:
-        if cache in ("postgres", "pgbouncer", "on_conflict"):
+        if cache in ("postgres", "pgbouncer", "on_conflict", "inline_values"):
             return None
         if cluster is not None:
             cluster.client().flushall()
@@ -108,7 +108,11 @@ async def test_conformance_all_capabilities(
         client_class = redis.asyncio.Redis if driver == "async" else redis.Redis
         return client_class.from_url(tls.redis.url() if tls else redis_url())
 
-    options = {"on_conflict": "raise"} if cache.endswith("on_conflict") else {}
+    options: dict[str, Any] = {}
+    if cache.endswith("on_conflict"):
+        options["on_conflict"] = "raise"
+    if cache.endswith("inline_values"):
+        options["inline_values"] = True
 
     @checkpointer_test(name=f"ColosseumSaver-{driver}-{cache}")
     async def factory():
