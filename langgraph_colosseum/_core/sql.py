@@ -85,9 +85,11 @@ _DIGEST = """sha256(convert_to(
 _TUPLE_JOINS = f"""
 CROSS JOIN LATERAL (
     -- the texts made once, for the digest and the reply (OFFSET 0: pulled up,
-    -- each was made again for each column naming it)
-    SELECT t.document, t.metadata, {_DIGEST} AS memo_digest
-    FROM (SELECT c.checkpoint::text AS document, c.metadata::text AS metadata OFFSET 0) AS t
+    -- each was made again for each column naming it); so are the values the
+    -- document carries (store.py, _inline_values), which need no row
+    SELECT t.document, t.metadata, {_DIGEST} AS memo_digest, t.inline
+    FROM (SELECT c.checkpoint::text AS document, c.metadata::text AS metadata,
+                 c.checkpoint -> 'channel_values' AS inline OFFSET 0) AS t
     OFFSET 0
 ) AS d
 CROSS JOIN LATERAL (
@@ -107,8 +109,7 @@ LEFT JOIN LATERAL (
         ) AS v
         WHERE %(known)s::jsonb ->> ver.channel IS DISTINCT FROM ver.version
           AND NOT r.remembered  -- the reader has them all (_DIGEST)
-          -- a value the document carries (store.py, _inline_values) needs no row
-          AND NOT coalesce(c.checkpoint -> 'channel_values' ? ver.channel, false)
+          AND NOT coalesce(d.inline ? ver.channel, false)
       UNION ALL
         SELECT b.* FROM chain
         CROSS JOIN LATERAL (
