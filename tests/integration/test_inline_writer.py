@@ -32,6 +32,7 @@ from langgraph_colosseum._core import sql as statements
 from langgraph_colosseum._core.store import INLINE_TEXT_MAX
 from tests.conftest import CACHE_MODES, cache_options, migrated_database, truncate
 from tests.integration.graphs import delta_graph, linear_graph, normalise_history
+from tests.integration.test_inline_values import observed
 
 # Per checkpoint of a thread: the channels its document carries, and how many
 # of them differ from the row of the same version (or have none).
@@ -56,14 +57,6 @@ def documents(url: str, thread_id: str) -> list[tuple[str, list[str], int]]:
 
 def config_of(thread_id: str, **more: Any) -> dict:
     return {"configurable": {"thread_id": thread_id, "checkpoint_ns": "", **more}}
-
-
-def observed(graph: Any, thread_id: str) -> tuple[str, str]:
-    """repr of the thread's state and of its whole history, ids by position."""
-    config = {"configurable": {"thread_id": thread_id}}
-    history = list(graph.get_state_history(config))
-    state = normalise_history([graph.get_state(config), *history])[0]
-    return repr(state), repr(normalise_history(history))
 
 
 @pytest.mark.parametrize("fleet", ["inline", "mixed"])
