@@ -82,7 +82,17 @@ _DIGEST = """sha256(convert_to(
 # it: inside the LIMIT a plan could make it for every row of the thread before
 # choosing (a generic plan at 5,000 checkpoints took 3-7 ms a read).
 
-_TUPLE_JOINS = f"""
+# The values a document carries (store.py, _inline_values) need no row; but a
+# refill of the hot head carries every row: the head a later put advances it
+# to does not carry a channel that put left unchanged, and its readers take
+# that value from the hash's row (hot.py, `chains`).
+_SKIP_INLINE = "AND NOT coalesce(d.inline ? ver.channel, false)"
+
+
+def _tuple_joins(*, every_row: bool) -> str:
+    """The joins of a get_tuple statement (see above); `every_row`: for a refill."""
+    skip_inline = "" if every_row else _SKIP_INLINE
+    return f"""
 CROSS JOIN LATERAL (
     -- the texts made once, for the digest and the reply (OFFSET 0: pulled up,
     -- each was made again for each column naming it); so are the values the
@@ -109,7 +119,7 @@ LEFT JOIN LATERAL (
         ) AS v
         WHERE %(known)s::jsonb ->> ver.channel IS DISTINCT FROM ver.version
           AND NOT r.remembered  -- the reader has them all (_DIGEST)
-          AND NOT coalesce(d.inline ? ver.channel, false)
+          {skip_inline}
       UNION ALL
         SELECT b.* FROM chain
         CROSS JOIN LATERAL (
@@ -143,8 +153,9 @@ FROM (
     WHERE c.thread_id = %(thread_id)s AND c.checkpoint_ns = %(checkpoint_ns)s
       AND c.checkpoint_id = %(checkpoint_id)s
 ) AS c
-{_TUPLE_JOINS}
+{_tuple_joins(every_row=False)}
 """
+
 
 # The latest checkpoint is chosen first, alone, and the joins read its one
 # row. With the LIMIT above the joins instead, the plan's cost was the joins'
@@ -153,7 +164,8 @@ FROM (
 # estimate differently, and Postgres kept planning the statement afresh: in
 # conc-32 (32 threads x 10 turns, load ~13) on 320 of 320 calls, 0.84 ms of
 # planning per invoke; chosen first, on 170 of 320, 0.41 ms.
-_GET_TUPLE_LATEST = f"""
+def _get_tuple_latest(*, every_row: bool) -> str:
+    return f"""
 SELECT {_TUPLE_COLUMNS}
 FROM (
     SELECT * FROM colosseum_checkpoints c
@@ -161,8 +173,9 @@ FROM (
     ORDER BY c.checkpoint_id DESC
     LIMIT 1
 ) AS c
-{_TUPLE_JOINS}
+{_tuple_joins(every_row=every_row)}
 """
+
 
 # The thread's deletion epoch (schema migration 11; no row: 0), returned by
 # every statement whose result goes to Redis (put, put_writes, a read that
@@ -197,12 +210,12 @@ LEFT JOIN LATERAL ({read}) AS found ON true
 
 
 GET_TUPLE_BY_ID = _read_with_deletion(_GET_TUPLE_BY_ID)
-GET_TUPLE_LATEST = _read_with_deletion(_GET_TUPLE_LATEST)
+GET_TUPLE_LATEST = _read_with_deletion(_get_tuple_latest(every_row=False))
 # The latest checkpoint for a refill of the hot head: the thread's deletion
 # epoch first, read in the same statement (one snapshot) as the checkpoint,
 # and a row even when there is no checkpoint (the head then records "none"
 # at that epoch, and the deletion stamp the run reading it is given).
-GET_TUPLE_LATEST_FOR_HEAD = _read_with_deletion(_GET_TUPLE_LATEST, epoch=True)
+GET_TUPLE_LATEST_FOR_HEAD = _read_with_deletion(_get_tuple_latest(every_row=True), epoch=True)
 
 # A get_tuple's statement on its generic plan, as a write's (WRITE_LOCK): sent
 # before it in one implicit transaction (set_config(..., true) is SET LOCAL).

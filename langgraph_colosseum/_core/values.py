@@ -633,7 +633,7 @@ class Materializer:
 def parse_value_rows(thread_id: str, checkpoint_ns: str, text: str | None) -> list[ValueRow]:
     """ValueRows from GET_TUPLE's value rows column: a JSON array of [channel,
     version, base_version, encoding, value as JSON text, value_bytes in hex,
-    value_type] (see sql._TUPLE_JOINS), or NULL for none."""
+    value_type] (see sql._tuple_joins), or NULL for none."""
     if text is None:
         return []
     return [

@@ -16,9 +16,10 @@ from __future__ import annotations
 
 import asyncio
 import math
+import operator
 import uuid
 from collections import Counter
-from typing import Any
+from typing import Annotated, Any
 
 import orjson
 import psycopg
@@ -26,11 +27,13 @@ import pytest
 from langgraph.checkpoint.base import empty_checkpoint
 from langgraph.checkpoint.memory import InMemorySaver
 from langgraph.checkpoint.serde.encrypted import EncryptedSerializer
+from langgraph.graph import END, START, StateGraph
+from typing_extensions import TypedDict
 
 from langgraph_colosseum import AsyncColosseumSaver, ColosseumSaver, Encryption
 from langgraph_colosseum._core import sql as statements
 from langgraph_colosseum._core.store import INLINE_TEXT_MAX
-from tests.conftest import CACHE_MODES, cache_options, migrated_database, truncate
+from tests.conftest import CACHE_MODES, cache_options, flush_cache, migrated_database, truncate
 from tests.integration.graphs import delta_graph, linear_graph, normalise_history
 from tests.integration.test_inline_values import observed
 
@@ -268,3 +271,47 @@ def test_encrypt_plaintext_takes_the_values_out_of_the_documents() -> None:
         with psycopg.connect(url, autocommit=True) as conn:
             text = repr(conn.execute("SELECT c::text FROM colosseum_checkpoints c").fetchall())
         assert "424242" not in text and "424353" not in text
+
+
+class FlagState(TypedDict):
+    flag: str
+    items: Annotated[list, operator.add]
+
+
+def flag_graph(checkpointer: Any) -> Any:
+    """A flag set once (carried inline by the checkpoint that sets it, and by
+    no later one) beside a list that grows every turn."""
+
+    def node(state: FlagState) -> dict:
+        if state["flag"] != "on":
+            return {"flag": "on"}
+        return {"items": [len(state["items"])]}
+
+    builder = StateGraph(FlagState)
+    builder.add_node("node", node)
+    builder.add_edge(START, "node")
+    builder.add_edge("node", END)
+    return builder.compile(checkpointer=checkpointer)
+
+
+def test_a_refilled_hot_head_keeps_the_rows_of_the_values_documents_carry(pg_url: str) -> None:
+    """A head refilled from Postgres, then advanced by a put that leaves the
+    flag unchanged: that head's document does not carry the flag, so its
+    readers take it from the row the refill brought (found by review: a
+    refill without those rows served the state without the flag)."""
+    truncate(pg_url)
+    thread_id = f"inline-h-{uuid.uuid4().hex[:8]}"
+    reference = flag_graph(InMemorySaver())
+    with ColosseumSaver.from_conn_string(
+        pg_url, inline_values=True, **cache_options("redis")
+    ) as saver:
+        ours = flag_graph(saver)
+        for graph in (reference, ours):
+            graph.invoke({"flag": "off", "items": []}, config_of(thread_id))
+        flush_cache()  # the head is gone: the next read refills it from Postgres
+        assert observed(ours, thread_id) == observed(reference, thread_id)
+        for turn in range(2):
+            for graph in (reference, ours):
+                graph.invoke({"items": [f"x{turn}"]}, config_of(thread_id))
+            assert observed(ours, thread_id) == observed(reference, thread_id)
+    assert any("flag" in channels for _, channels, _ in documents(pg_url, thread_id))
