@@ -87,6 +87,8 @@ def rekey(
         "plaintext_channels": sorted(encryption.plaintext_channels),
         "limit": batch_size,
     }
+    if encrypt_plaintext:
+        done += len((yield Query(sql.REKEY_ROWS_OF_INLINE_VALUES, {})))
     for where in passes:
         for select, update, width, aad_of, where_of in _TABLES:
             done += yield from _batches(

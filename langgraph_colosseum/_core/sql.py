@@ -1721,6 +1721,25 @@ UPDATE colosseum_delta_histories SET value = NULL, value_bytes = %(data)s, value
 WHERE thread_id = %(k0)s AND checkpoint_ns = %(k1)s AND checkpoint_id = %(k2)s
   AND channel = %(k3)s AND seq = %(k4)s
 {_REKEY_GUARD}"""
+# Before the value passes of encrypt_plaintext: a row for every value a
+# document carries inline (store.py, _inline_values) that has none, so the
+# passes seal it and the metadata pass may take the plaintext copy out of the
+# document. inline_values=True writes the rows as well; a document whose
+# values are only inline (a form every release since 2026-12-07 reads, README,
+# "Stored forms change in two releases") would otherwise lose them.
+REKEY_ROWS_OF_INLINE_VALUES = """
+INSERT INTO colosseum_channel_values
+    (thread_id, checkpoint_ns, channel, version, encoding, value)
+SELECT c.thread_id, c.checkpoint_ns, i.channel,
+       c.checkpoint -> 'channel_versions' ->> i.channel, 'json', i.value
+FROM colosseum_checkpoints c
+CROSS JOIN LATERAL jsonb_each(CASE jsonb_typeof(c.checkpoint -> 'channel_values')
+    WHEN 'object' THEN c.checkpoint -> 'channel_values' ELSE '{}'::jsonb END) AS i(channel, value)
+WHERE c.checkpoint ? 'channel_values'
+  AND c.checkpoint -> 'channel_versions' ->> i.channel IS NOT NULL
+ON CONFLICT DO NOTHING
+RETURNING 1
+"""
 # Checkpoint metadata: sealed with another key, or not sealed at all.
 REKEY_METADATA_OLD_KEY = "metadata #>> '{$sealed,k}' <> %(key_id)s"
 REKEY_METADATA_PLAINTEXT = "NOT metadata ? '$sealed'"

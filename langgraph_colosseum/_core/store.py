@@ -2159,7 +2159,11 @@ class CheckpointStore:
     ) -> dict[str, Any]:
         """What a checkpoint's document carries (`inline_values=True`): the value
         of each channel it changes (at the version it names) that is a small
-        scalar, in the codec's JSON, the value the channel's row holds. An
+        scalar, in the codec's JSON, the value the put writes to the channel's
+        row (a row already there at that version keeps its own: the insert
+        does nothing; a caller naming one version twice with two values is
+        read back differently by rows and documents, while LangGraph's
+        versions, with their random tails, are new to each put). An
         unchanged channel is read from its row, as every release reads it: the
         value at that version is the row's, not necessarily what a caller
         passed in `channel_values` for a channel it did not change."""

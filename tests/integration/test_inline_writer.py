@@ -35,7 +35,7 @@ from langgraph_colosseum._core import sql as statements
 from langgraph_colosseum._core.store import INLINE_TEXT_MAX
 from tests.conftest import CACHE_MODES, cache_options, flush_cache, migrated_database, truncate
 from tests.integration.graphs import delta_graph, linear_graph, normalise_history
-from tests.integration.test_inline_values import observed
+from tests.integration.test_inline_values import INLINE, INLINE_ONLY, observed
 
 # Per checkpoint of a thread: the channels its document carries, and how many
 # of them differ from the row of the same version (or have none).
@@ -250,10 +250,13 @@ def test_the_asyncio_saver_writes_and_reads_them_alike(pg_url: str, mode: str) -
     assert any("value" in channels for _, channels, _ in documents(pg_url, thread_id))
 
 
-def test_encrypt_plaintext_takes_the_values_out_of_the_documents() -> None:
+@pytest.mark.parametrize("rows", ["kept", "deleted"])
+def test_encrypt_plaintext_takes_the_values_out_of_the_documents(rows: str) -> None:
     """A database written with inline_values=True and then encrypted: the
-    values' rows are sealed and the documents keep no plaintext copy. (A
-    database of its own: rekey crosses every thread and Store item.)"""
+    values' rows are sealed and the documents keep no plaintext copy. With
+    the rows "deleted" (values only inline, a form this release reads),
+    rekey first makes them rows (found by review: it dropped such values).
+    (A database of its own: rekey crosses every thread and Store item.)"""
     thread_id = f"inline-k-{uuid.uuid4().hex[:8]}"
     reference = linear_graph(Counter()).compile(checkpointer=InMemorySaver())
     with migrated_database("colosseum_inline_rekey") as url:
@@ -261,15 +264,21 @@ def test_encrypt_plaintext_takes_the_values_out_of_the_documents() -> None:
             ours = linear_graph(Counter()).compile(checkpointer=saver)
             for graph in (reference, ours):
                 graph.invoke({"value": 424242, "trail": []}, config_of(thread_id))
+        if rows == "deleted":
+            with psycopg.connect(url, autocommit=True) as conn:
+                conn.execute(INLINE, (thread_id,))
+                assert conn.execute(INLINE_ONLY, (thread_id,)).rowcount > 0
         assert any(channels for _, channels, _ in documents(url, thread_id))
         encryption = Encryption({"k1": bytes(range(32))})
         with ColosseumSaver.from_conn_string(url, encryption=encryption) as saver:
             assert saver.rekey(encrypt_plaintext=True) > 0
+            assert saver.rekey(encrypt_plaintext=True) == 0
             ours = linear_graph(Counter()).compile(checkpointer=saver)
             assert observed(ours, thread_id) == observed(reference, thread_id)
         assert all(not channels for _, channels, _ in documents(url, thread_id))
         with psycopg.connect(url, autocommit=True) as conn:
             text = repr(conn.execute("SELECT c::text FROM colosseum_checkpoints c").fetchall())
+            text += repr(conn.execute("SELECT v::text FROM colosseum_channel_values v").fetchall())
         assert "424242" not in text and "424353" not in text
 
 

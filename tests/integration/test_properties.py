@@ -24,7 +24,7 @@ from langgraph.checkpoint.base import WRITES_IDX_MAP, CheckpointTuple
 from langgraph.checkpoint.memory import InMemorySaver
 
 from langgraph_colosseum import ColosseumSaver
-from tests.conftest import truncate
+from tests.conftest import CACHE_MODES, INLINE_VALUES, saver_fixtures, truncate
 from tests.unit.test_codec import same
 
 THREADS = ["thread-1", "thread-2"]
@@ -273,6 +273,11 @@ class Model:
                 for t in self.saver.list(None, filter=filter_)
             }
             assert actual_ids == expected_ids, f"list(None, filter={filter_})"
+
+
+# Also with inline_values=True behind the Redis head: the model's reads refill
+# the head, and its later puts leave channels unchanged (conftest.INLINE_VALUES).
+saver, _ = saver_fixtures([*CACHE_MODES, INLINE_VALUES])
 
 
 @settings(
