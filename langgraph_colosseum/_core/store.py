@@ -2171,9 +2171,11 @@ class CheckpointStore:
         values = checkpoint["channel_values"]
         versions = checkpoint["channel_versions"]
         for channel, version in new_versions.items():
-            value = values.get(channel, _ABSENT)
+            if channel not in values or versions.get(channel) != version:
+                continue  # cleared, or not the version the checkpoint names
+            value = values[channel]
             kind = type(value)
-            if kind not in _INLINE_TYPES or versions.get(channel) != version:
+            if kind not in _INLINE_TYPES:
                 continue
             if (kind is str and len(value) > INLINE_TEXT_MAX) or (
                 kind is int and not -_INLINE_INT_LIMIT < value < _INLINE_INT_LIMIT
@@ -2183,7 +2185,7 @@ class CheckpointStore:
         return inline
 
     def _checkpoint_document(
-        self, checkpoint: Checkpoint, where: Where, inline: dict[str, Any] | None = None
+        self, checkpoint: Checkpoint, where: Where, inline: dict[str, Any] | None
     ) -> str:
         """The checkpoint as jsonb text: without its values, but for those
         `inline` holds (in the codec's JSON, see _inline_values).
@@ -2396,7 +2398,6 @@ _NOTHING_INLINE: frozenset[str] = frozenset()
 _INLINE_TYPES = frozenset((type(None), bool, int, float, str))
 INLINE_TEXT_MAX = 64
 _INLINE_INT_LIMIT = 2**63
-_ABSENT = object()
 # The order of a Checkpoint's fields as LangGraph builds one (`empty_checkpoint`,
 # `create_checkpoint`): restored without being recorded.
 _CHECKPOINT_FIELDS = (

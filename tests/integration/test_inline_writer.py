@@ -33,6 +33,7 @@ from typing_extensions import TypedDict
 from langgraph_colosseum import AsyncColosseumSaver, ColosseumSaver, Encryption
 from langgraph_colosseum._core import sql as statements
 from langgraph_colosseum._core.store import INLINE_TEXT_MAX
+from langgraph_colosseum._core.values import Materializer
 from tests.conftest import CACHE_MODES, cache_options, flush_cache, migrated_database, truncate
 from tests.integration.graphs import delta_graph, linear_graph, normalise_history
 from tests.integration.test_inline_values import INLINE, INLINE_ONLY, observed
@@ -130,24 +131,26 @@ NOT_CARRIED: dict[str, Any] = {
 
 
 def put_both(
-    savers: list[Any], thread_id: str, values: dict[str, Any], new: list[str], parent: str | None
+    reference: InMemorySaver,
+    saver: ColosseumSaver,
+    thread_id: str,
+    values: dict[str, Any],
+    new: list[str],
+    parent: str | None,
 ) -> str:
-    """One direct put of `values` (versions bumped for the channels `new`) to
-    every saver; the checkpoint's id."""
+    """One direct put of `values` to both savers, the versions of the channels
+    `new` bumped (the reference's new versions, given to ours too); its id."""
     checkpoint = empty_checkpoint()
     checkpoint["channel_values"] = dict(values)
-    for saver in savers:
-        versions = {}
-        if parent is not None:
-            previous = saver.get_tuple(config_of(thread_id, checkpoint_id=parent))
-            versions = dict(previous.checkpoint["channel_versions"])
-        new_versions = {ch: saver.get_next_version(versions.get(ch), None) for ch in new}
-        # The same versions in both: the reference's are taken for ours.
-        if saver is savers[0]:
-            chosen = new_versions
-        checkpoint["channel_versions"] = {**versions, **chosen}
-        config = config_of(thread_id, checkpoint_id=parent) if parent else config_of(thread_id)
-        saver.put(config, checkpoint, {"source": "update", "step": 0}, chosen)
+    config = config_of(thread_id)
+    versions: dict[str, Any] = {}
+    if parent is not None:
+        config = config_of(thread_id, checkpoint_id=parent)
+        versions = dict(reference.get_tuple(config).checkpoint["channel_versions"])
+    new_versions = {ch: reference.get_next_version(versions.get(ch), None) for ch in new}
+    checkpoint["channel_versions"] = {**versions, **new_versions}
+    for target in (reference, saver):
+        target.put(config, checkpoint, {"source": "update", "step": 0}, new_versions)
     return checkpoint["id"]
 
 
@@ -157,11 +160,11 @@ def test_which_values_a_document_carries(pg_url: str) -> None:
     reference = InMemorySaver()
     with ColosseumSaver.from_conn_string(pg_url, inline_values=True) as saver:
         values = {**SCALARS, **NOT_CARRIED}
-        first = put_both([reference, saver], thread_id, values, list(values), None)
+        first = put_both(reference, saver, thread_id, values, list(values), None)
         # The second changes one channel, and passes another value for an
         # unchanged one: its version's value is its row's (as the reference's).
         changed = {**values, "count": 8, "flag": False}
-        second = put_both([reference, saver], thread_id, changed, ["count"], first)
+        second = put_both(reference, saver, thread_id, changed, ["count"], first)
         for checkpoint_id in (first, second):
             config = config_of(thread_id, checkpoint_id=checkpoint_id)
             ours, theirs = saver.get_tuple(config), reference.get_tuple(config)
@@ -207,6 +210,30 @@ def test_a_read_fetches_no_row_for_a_value_its_document_carries(pg_url: str) -> 
     channels = [value_row[0] for value_row in orjson.loads(row[7])]
     assert "trail" in channels  # rows are still read for what is not carried
     assert "value" not in channels
+
+
+def test_a_list_page_fetches_no_row_for_the_values_its_documents_carry(pg_url: str) -> None:
+    """The same saving for `list`: the statement for a page's missing values
+    (VALUE_CHAINS, store.py `_missing_values`) names no version on behalf of
+    a document that carries it. The counter changes at every checkpoint that
+    names it, so it is never fetched; the trail, a list, always is."""
+    truncate(pg_url)
+    thread_id = f"inline-l-{uuid.uuid4().hex[:8]}"
+    with ColosseumSaver.from_conn_string(pg_url, inline_values=True) as saver:
+        graph = linear_graph(Counter()).compile(checkpointer=saver)
+        graph.invoke({"value": 1, "trail": []}, config_of(thread_id))
+        store = saver._store
+        with psycopg.connect(pg_url, autocommit=True) as conn:
+            rows = conn.execute(
+                "SELECT thread_id, checkpoint_ns, checkpoint::text FROM colosseum_checkpoints "
+                "WHERE thread_id = %s ORDER BY checkpoint_id",
+                (thread_id,),
+            ).fetchall()
+        documents = [store._load_checkpoint_document(text) for _, _, text in rows]
+        assert all("value" in document["channel_values"] for document in documents[1:])
+        fetch = store._missing_values(Materializer(store.codec), rows, documents)
+    assert fetch is not None
+    assert "trail" in fetch.params["channels"] and "value" not in fetch.params["channels"]
 
 
 @pytest.mark.parametrize("sealing", ["encryption", "serde"])
