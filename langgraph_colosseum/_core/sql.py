@@ -1527,6 +1527,7 @@ WHERE thread_id = %(thread_id)s AND checkpoint_ns = %(checkpoint_ns)s
   AND channel = %(channel)s AND version = %(version)s
 """
 
+
 # The history of some channels as of one checkpoint, in one round trip.
 # `chain` walks parent links from the target (depth 0). Each row carries the
 # channels still being walked when it was reached (`entering`) and those left
@@ -1538,7 +1539,20 @@ WHERE thread_id = %(thread_id)s AND checkpoint_ns = %(checkpoint_ns)s
 # OFFSET 0): the planner cannot flatten those into joins, so each step is a
 # primary-key probe whatever the table statistics say. Flattened, a fresh or
 # stale table's "1 row" estimate made it scan the whole thread at every step.
-DELTA_HISTORY = compact("""
+#
+# It runs on its generic plan (sql.GENERIC_PLAN): left to choose, Postgres
+# planned it on every call (0.67 ms a plan against 0.96 ms of execution, once
+# per invoke of a DeltaChannel graph). Hence two statements, one per way of
+# naming the target, as GET_TUPLE: in one generic plan `(id IS NULL OR
+# checkpoint_id = id) ORDER BY checkpoint_id DESC LIMIT 1` would walk the
+# thread down from its head to find an old checkpoint.
+def _delta_history(by_id: bool) -> str:
+    target = (
+        "AND checkpoint_id = %(checkpoint_id)s LIMIT 1"
+        if by_id
+        else "ORDER BY checkpoint_id DESC LIMIT 1"
+    )
+    return compact(f"""
 WITH RECURSIVE chain(checkpoint_id, parent_checkpoint_id, versions, depth, entering, remaining) AS (
     SELECT t.checkpoint_id, t.parent_checkpoint_id, t.checkpoint -> 'channel_versions', 0,
            %(channels)b::text[],
@@ -1550,8 +1564,7 @@ WITH RECURSIVE chain(checkpoint_id, parent_checkpoint_id, versions, depth, enter
                      OFFSET 0))
     FROM (SELECT * FROM colosseum_checkpoints
           WHERE thread_id = %(thread_id)s AND checkpoint_ns = %(checkpoint_ns)s
-            AND (%(checkpoint_id)s::text IS NULL OR checkpoint_id = %(checkpoint_id)s)
-          ORDER BY checkpoint_id DESC LIMIT 1) AS t
+          {target}) AS t
   UNION ALL
     SELECT c.checkpoint_id, c.parent_checkpoint_id, c.versions, chain.depth + 1, chain.remaining,
            ARRAY(SELECT ch FROM unnest(chain.remaining) AS ch
@@ -1638,6 +1651,10 @@ CROSS JOIN LATERAL (
     OFFSET 0
 ) AS h
 """)
+
+
+DELTA_HISTORY_BY_ID = _delta_history(by_id=True)
+DELTA_HISTORY_LATEST = _delta_history(by_id=False)
 
 # ---------------------------------------------------------------- the hot head's truth
 

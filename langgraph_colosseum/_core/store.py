@@ -705,7 +705,12 @@ class CheckpointStore:
         # decoding it each time.
         thread_id, checkpoint_ns = params["thread_id"], params["checkpoint_ns"]
         known = self.seeds.keys_of(thread_id, checkpoint_ns) if use_memo else []
-        rows = yield Query(sql.DELTA_HISTORY, {**params, **_known(known)})
+        statement = sql.DELTA_HISTORY_LATEST
+        if params["checkpoint_id"] is not None:
+            statement = sql.DELTA_HISTORY_BY_ID
+        rows = yield from _on_generic_plan(
+            Query(statement, {**params, **_known(known)}, prepare=True)
+        )
         seeds = Materializer(self.codec)
         seed_keys: dict[str, ValueKey] = {}
         for kind, _, channel, _, _, _, version, base, encoding, json, data, type_ in rows:
