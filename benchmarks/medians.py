@@ -6,6 +6,11 @@ reads `benchmarks/results/STEM.json` for each stem (as `benchmarks.run --out
 STEM` wrote it) and prints a Markdown table: one row per target, the value of
 each run, the median and whether the median meets the bound. A target a run
 did not measure is left blank there, and its median is over the others.
+
+    python -m benchmarks.medians --figures latest session27-a session27-b
+
+adds the two figures each ratio divides, ours and the reference's (the run's
+basis names which), each the median over the runs, in the figure's units.
 """
 
 from __future__ import annotations
@@ -17,19 +22,41 @@ import statistics
 import sys
 from pathlib import Path
 
+from benchmarks.common import fmt
+from benchmarks.report import compute_targets
+
 RESULTS = Path(__file__).resolve().parent / "results"
 COMPARE = {"<=": operator.le, ">=": operator.ge}
 
 
 def load_targets(stem: str) -> dict[str, dict]:
     data = json.loads((RESULTS / f"{stem}.json").read_text())
-    return {t["target"]: t for t in data["targets"]}
+    # Computed again from the run's results, so that a run written before a
+    # target recorded its two figures has them too.
+    targets = compute_targets(data["results"], data["params"])
+    return {t["target"]: t for t in targets}
 
 
-def table(stems: list[str]) -> str:
+def kind_of(name: str) -> str:
+    """The units (common.fmt's kind) of the figures target `name` divides."""
+    if "bytes" in name or "memory" in name:
+        return "bytes"
+    if "throughput" in name or "puts/s" in name or "slower" in name:
+        return "rate"
+    return "s"
+
+
+def median_figure(name: str, known: list[dict], key: str) -> str:
+    values = [t[key] for t in known if t.get(key) is not None]
+    return fmt(statistics.median(values), kind_of(name)) if values else ""
+
+
+def table(stems: list[str], figures: bool = False) -> str:
     runs = [load_targets(stem) for stem in stems]
     names = list(dict.fromkeys(name for run in runs for name in run))
     head = ["target", "bound", *stems, "median", "status (median)"]
+    if figures:
+        head[2:2] = ["ours (median)", "reference (median)"]
     lines = ["| " + " | ".join(head) + " |", "|" + "---|" * len(head)]
     for name in names:
         found = [run.get(name) for run in runs]
@@ -43,6 +70,8 @@ def table(stems: list[str]) -> str:
         cells = [f"{t['value']:.2f}" if t and t["value"] is not None else "" for t in found]
         row = [name, f"{op} {first['bound']:g}", *cells, f"**{median:.2f}**",
                "met" if met else "missed"]  # fmt: skip
+        if figures:
+            row[2:2] = [median_figure(name, known, "ours"), median_figure(name, known, "reference")]
         lines.append("| " + " | ".join(row) + " |")
     return "\n".join(lines)
 
@@ -50,8 +79,11 @@ def table(stems: list[str]) -> str:
 def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("stems", nargs="+", help="result files' stems in benchmarks/results")
+    parser.add_argument(
+        "--figures", action="store_true", help="add the medians of ours and the reference's figures"
+    )
     args = parser.parse_args(argv)
-    print(table(args.stems))
+    print(table(args.stems, figures=args.figures))
     return 0
 
 

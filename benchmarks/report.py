@@ -113,15 +113,18 @@ def flatness(cell: dict, sizes: list[int]) -> dict:
 
 
 def compute_targets(results: dict, p: dict) -> list[dict]:
-    def cell_ratio(workload: str, key: str, ours: str, ref: str) -> float | None:
-        w = results.get(workload)
-        if not w:
-            return None
-        return ratio(w.get(ours, {}).get(key), w.get(ref, {}).get(key))
+    """Each target's ratio, and the two figures it divides ("ours", "reference",
+    in the units of the figure), so that several runs' medians can be given
+    beside the reference's (benchmarks.medians --figures)."""
+
+    def cell_pair(workload: str, key: str, ours: str, ref: str) -> tuple[Any, Any]:
+        w = results.get(workload) or {}
+        return w.get(ours, {}).get(key), w.get(ref, {}).get(key)
 
     targets = []
 
-    def add(name: str, value: float | None, op: str, bound: float, basis: str) -> None:
+    def add(name: str, pair: tuple[Any, Any], op: str, bound: float, basis: str) -> None:
+        value = ratio(*pair)
         if value is None:
             status = "not run"
         else:
@@ -130,6 +133,8 @@ def compute_targets(results: dict, p: dict) -> list[dict]:
             {
                 "target": name,
                 "value": value,
+                "ours": pair[0],
+                "reference": pair[1],
                 "op": op,
                 "bound": bound,
                 "status": status,
@@ -138,35 +143,33 @@ def compute_targets(results: dict, p: dict) -> list[dict]:
         )
 
     vs = "ours / PostgresSaver"
-    add(
-        "chat-200 bytes on disk", cell_ratio("chat-200", "bytes_on_disk", OURS, REF), "<=", 0.05, vs
-    )
-    add("chat-200 p50 per turn", cell_ratio("chat-200", "p50_turn_s", OURS, REF), "<=", 0.6, vs)
-    add("chat-200 full history", cell_ratio("chat-200", "history_s", OURS, REF), "<=", 0.1, vs)
+    add("chat-200 bytes on disk", cell_pair("chat-200", "bytes_on_disk", OURS, REF), "<=", 0.05, vs)
+    add("chat-200 p50 per turn", cell_pair("chat-200", "p50_turn_s", OURS, REF), "<=", 0.6, vs)
+    add("chat-200 full history", cell_pair("chat-200", "history_s", OURS, REF), "<=", 0.1, vs)
     add(
         "chat-200-delta bytes on disk",
-        cell_ratio("chat-200-delta", "bytes_on_disk", OURS, REF),
+        cell_pair("chat-200-delta", "bytes_on_disk", OURS, REF),
         "<=",
         0.8,
         vs + ", both with DeltaChannel",
     )
     add(
         "chat-200-delta bytes on disk, compact_forms=True",
-        cell_ratio("chat-200-delta", "bytes_on_disk", OURS_COMPACT, REF),
+        cell_pair("chat-200-delta", "bytes_on_disk", OURS_COMPACT, REF),
         "<=",
         0.8,
         "ColosseumSaver+compact / PostgresSaver, both with DeltaChannel",
     )
     add(
         "chat-200-delta bytes the turns after the first add, compact_forms=True",
-        cell_ratio("chat-200-delta", "bytes_added_past_first_turn", OURS_COMPACT, REF),
+        cell_pair("chat-200-delta", "bytes_added_past_first_turn", OURS_COMPACT, REF),
         "<=",
         0.8,
         "not the issue's figure: without each database's pages for one short thread",
     )
     add(
         "chat-200-delta full history",
-        cell_ratio("chat-200-delta", "history_s", OURS, REF),
+        cell_pair("chat-200-delta", "history_s", OURS, REF),
         "<=",
         0.3,
         vs + ", both with DeltaChannel",
@@ -175,58 +178,53 @@ def compute_targets(results: dict, p: dict) -> list[dict]:
     floor_cpu = get(conc.get(AMEMORY), "per_invoke.client_cpu_s")
     ours_cpu = get(conc.get(AOURS), "per_invoke.client_cpu_s")
     ref_cpu = get(conc.get(AREF), "per_invoke.client_cpu_s")
-    saver_cpu = (
-        ratio(ours_cpu - floor_cpu, ref_cpu - floor_cpu)
-        if None not in (floor_cpu, ours_cpu, ref_cpu)
-        else None
-    )
     add(
         "conc-32 client saver CPU per invoke",
-        saver_cpu,
+        (ours_cpu - floor_cpu, ref_cpu - floor_cpu)
+        if None not in (floor_cpu, ours_cpu, ref_cpu)
+        else (None, None),
         "<=",
         0.4,
         "(AsyncColosseumSaver - InMemorySaver) / (AsyncPostgresSaver - InMemorySaver)",
     )
     add(
         "conc-32 Postgres CPU per invoke",
-        ratio(
-            get(conc.get(AOURS), "per_invoke.pg_cpu_s"), get(conc.get(AREF), "per_invoke.pg_cpu_s")
-        ),
+        (get(conc.get(AOURS), "per_invoke.pg_cpu_s"), get(conc.get(AREF), "per_invoke.pg_cpu_s")),
         "<=",
         0.6,
         "AsyncColosseumSaver / AsyncPostgresSaver",
     )
     add(
         "conc-32 throughput",
-        cell_ratio("conc-32", "invokes_per_s", AOURS, AREF),
+        cell_pair("conc-32", "invokes_per_s", AOURS, AREF),
         ">=",
         3.0,
         "invokes/s, AsyncColosseumSaver / AsyncPostgresSaver",
     )
     add(
         "conc-32 throughput vs the limit",
-        cell_ratio("conc-32", "invokes_per_s", AOURS, AMEMORY),
+        cell_pair("conc-32", "invokes_per_s", AOURS, AMEMORY),
         ">=",
         0.6,
         "invokes/s, AsyncColosseumSaver / InMemorySaver",
     )
     add(
         "conc-32 no slower with the cache",
-        cell_ratio("conc-32", "invokes_per_s", AOURS_HOT, AOURS),
+        cell_pair("conc-32", "invokes_per_s", AOURS_HOT, AOURS),
         ">=",
         1.0,
         "invokes/s, AsyncColosseumSaver+Redis / AsyncColosseumSaver",
     )
     add(
         "chat-200 p50 with the cache",
-        cell_ratio("chat-200", "p50_turn_s", OURS_HOT, OURS),
+        cell_pair("chat-200", "p50_turn_s", OURS_HOT, OURS),
         "<=",
         1.0,
         "ColosseumSaver+Redis / ColosseumSaver",
     )
     add(
         "chat-200 get_state, Redis head",
-        cell_ratio("chat-200", "get_state_s", OURS_HOT, REF),
+        cell_pair("chat-200", "get_state_s", OURS_HOT, REF),
         "<=",
         0.3,
         "ColosseumSaver+Redis / PostgresSaver",
@@ -234,7 +232,7 @@ def compute_targets(results: dict, p: dict) -> list[dict]:
     hot = (results.get("chat-200") or {}).get(OURS_HOT, {})
     add(
         "Redis memory per hot thread",
-        ratio(hot.get("hot_bytes_per_thread"), hot.get("hot_encoded_bytes_per_thread")),
+        (hot.get("hot_bytes_per_thread"), hot.get("hot_encoded_bytes_per_thread")),
         "<=",
         1.5,
         "MEMORY USAGE / the head's encoded bytes (chat-200)",
@@ -248,16 +246,14 @@ def compute_targets(results: dict, p: dict) -> list[dict]:
         ):
             add(
                 f"{workload} {label}",
-                ratio(
-                    get(w.get(OURS), f"sizes.{big}.{key}"), get(w.get(REF), f"sizes.{big}.{key}")
-                ),
+                (get(w.get(OURS), f"sizes.{big}.{key}"), get(w.get(REF), f"sizes.{big}.{key}")),
                 op,
                 bound,
                 vs + f" at {int(big):,} checkpoints",
             )
         add(
             f"{workload} puts/s",
-            ratio(get(w.get(OURS), "put_per_s"), get(w.get(REF), "put_per_s")),
+            (get(w.get(OURS), "put_per_s"), get(w.get(REF), "put_per_s")),
             ">=",
             1.0,
             vs,
@@ -282,7 +278,7 @@ def compute_targets(results: dict, p: dict) -> list[dict]:
             }
         )
     else:
-        add("long-20k memory flat", None, "<=", FLAT_GROWTH, "ColosseumSaver peak growth")
+        add("long-20k memory flat", (None, None), "<=", FLAT_GROWTH, "ColosseumSaver peak growth")
     return targets
 
 

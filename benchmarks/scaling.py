@@ -12,10 +12,11 @@ PostgreSQL (the run's own, see servers.py), each on its own tables:
   SQL, of a thread the saver itself wrote (2 turns): every row of every table
   of the saver, under new thread ids; then ANALYZE, as autovacuum would.
 
-At each point, over a window of 20 turns: the CPU a turn costs (client CPU of
-this process plus Postgres CPU of the run database's backends, see
-common.Meter) and its wall time; then `graph.get_state` at the head, median of
-20. Results: results/scaling.{md,json,png}.
+At each point, over five windows of 20 turns (the 100 turns after the thread
+holds the point's size): the CPU a turn costs (client CPU of this process plus
+Postgres CPU of the run database's backends, see common.Meter), the median of
+the windows', and its wall time; then `graph.get_state` at the head, median of
+50. Results: results/scaling.{md,json,png}.
 
     python -m benchmarks.scaling           # 10 / 1,000 / 10,000 turns; 1k / 10k / 100k threads
     python -m benchmarks.scaling --quick   # 10 / 100 / 1,000 turns; 1k / 10k threads
@@ -44,7 +45,9 @@ from benchmarks.servers import private_postgres
 from langgraph_colosseum import ColosseumSaver
 
 RESULTS = Path(__file__).parent / "results"
-WINDOW = 20  # turns measured at each point
+WINDOW = 20  # turns in one measured window
+WINDOWS = 5  # windows measured at each point
+SPAN = WINDOW * WINDOWS  # the turns a point measures
 GETS = 50  # get_state calls at each point
 TEMPLATE_TURNS = 2  # turns of the thread copied to grow the database
 
@@ -78,15 +81,21 @@ def run_turns(graph: Any, thread: str, start: int, stop: int) -> None:
 
 
 def measure(bench: Bench, graph: Any, thread: str, done: int) -> dict[str, Any]:
-    """A window of turns on `thread` (which holds `done` turns), then get_state."""
-    gc.collect()
+    """WINDOWS windows of WINDOW turns on `thread` (which holds `done` turns),
+    then get_state. Each CPU figure is the median of the windows' per-turn
+    figures: one window of 20 turns read 5.2-7.2 ms for the same point of the
+    same code (a 20-turn window is ~100 ms of CPU, Postgres's in 10 ms ticks)."""
     walls = []
-    with Meter(bench) as meter:
-        for i in range(done, done + WINDOW):
-            t0 = time.perf_counter()
-            run_turns(graph, thread, i, i + 1)
-            walls.append(time.perf_counter() - t0)
-    per = meter.per(WINDOW)
+    windows = []
+    for w in range(WINDOWS):
+        gc.collect()
+        start = done + w * WINDOW
+        with Meter(bench) as meter:
+            for i in range(start, start + WINDOW):
+                t0 = time.perf_counter()
+                run_turns(graph, thread, i, i + 1)
+                walls.append(time.perf_counter() - t0)
+        windows.append(meter.per(WINDOW))
     config = {"configurable": {"thread_id": thread}}
     gets = []
     with Meter(bench) as get_meter:
@@ -95,13 +104,17 @@ def measure(bench: Bench, graph: Any, thread: str, done: int) -> dict[str, Any]:
             state = graph.get_state(config)
             gets.append(time.perf_counter() - t0)
     per_get = get_meter.per(GETS)
-    assert state.values.get("counter") == done + WINDOW, state.values
+    assert state.values.get("counter") == done + SPAN, state.values
+
+    def median_of(key: Any) -> float:
+        return statistics.median(key(per) for per in windows)
+
     return {
-        "turn_cpu_s": per["client_cpu_s"] + per["pg_cpu_s"],
-        "turn_client_cpu_s": per["client_cpu_s"],
-        "turn_pg_cpu_s": per["pg_cpu_s"],
+        "turn_cpu_s": median_of(lambda per: per["client_cpu_s"] + per["pg_cpu_s"]),
+        "turn_client_cpu_s": median_of(lambda per: per["client_cpu_s"]),
+        "turn_pg_cpu_s": median_of(lambda per: per["pg_cpu_s"]),
         "turn_wall_s": statistics.median(walls),
-        "statements_per_turn": per["statements"],
+        "statements_per_turn": median_of(lambda per: per["statements"]),
         "get_state_s": statistics.median(gets),
         "get_state_cpu_s": per_get["client_cpu_s"] + per_get["pg_cpu_s"],
     }
@@ -159,10 +172,10 @@ def run_saver(bench: Bench, name: str, turn_sizes: list[int], db_sizes: list[int
         thread = f"long-{uuid.uuid4().hex[:8]}"
         done = 0
         for size in turn_sizes:
-            run_turns(graph, thread, done, size - WINDOW if size > WINDOW else 0)
-            done = max(done, size - WINDOW if size > WINDOW else 0)
-            point = measure(bench, graph, thread, done)
-            done += WINDOW
+            # The point's windows are the SPAN turns after the thread holds `size`.
+            run_turns(graph, thread, done, size)
+            point = measure(bench, graph, thread, size)
+            done = size + SPAN
             out["thread"][str(size)] = point
             log(f"  {name} thread of {size} turns: {_fmt(point)}")
         # Database growth: start from this saver's tables holding only the template.
@@ -203,10 +216,11 @@ def write_markdown(results: dict, meta: dict, path: Path) -> None:
         f"Run {meta['date']} with `python -m benchmarks.scaling"
         f"{' --quick' if meta['quick'] else ''}`, one process, one private PostgreSQL; "
         f"load average at the start {meta['load'][0]:.1f} on {meta['cores']} cores. "
-        f"Each point: {WINDOW} turns (CPU per turn = client + Postgres, and the median wall "
-        f"time of a turn), then get_state at the head (median of {GETS}, and its client + Postgres "
-        "CPU per call). Postgres CPU is read from /proc in 10 ms ticks: a figure per turn "
-        "is good to about 0.5 ms.",
+        f"Each point: {WINDOWS} windows of {WINDOW} turns (CPU per turn = client + Postgres, "
+        "the median of the windows' figures; and the median wall time of a turn), the turns "
+        f"after the thread holds the point's size; then get_state at the head (median of {GETS}, "
+        "and its client + Postgres CPU per call). Postgres CPU is read from /proc in 10 ms ticks: a window's figure "
+        "per turn is good to about 0.5 ms.",
         "",
     ]
     for axis, title, unit in (
