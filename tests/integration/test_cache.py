@@ -36,14 +36,16 @@ from tests.conftest import CACHE_PREFIX, truncate
 from tests.integration.redis_servers import RedisCluster, RedisServer
 
 
-class CountingCursor(psycopg.Cursor):
-    """Counts every statement sent to Postgres, pipelines included."""
+class CountingConnection(psycopg.Connection):
+    """Counts every exchange with Postgres: psycopg waits on the server once per
+    round trip, whether a cursor sent the statements or the driver's lean path
+    (_driver.lean_batch), which no cursor sees."""
 
-    statements = 0
+    round_trips = 0
 
-    def execute(self, *args: Any, **kwargs: Any) -> Any:
-        CountingCursor.statements += 1
-        return super().execute(*args, **kwargs)
+    def wait(self, *args: Any, **kwargs: Any) -> Any:
+        CountingConnection.round_trips += 1
+        return super().wait(*args, **kwargs)
 
 
 @pytest.fixture(params=["redis", "cluster"])
@@ -69,10 +71,11 @@ def worker(pg_url: str, client: Any, **options: Any) -> Iterator[ColosseumSaver]
         pg_url,
         min_size=1,
         max_size=4,
-        kwargs={"autocommit": True, "cursor_factory": CountingCursor},
+        connection_class=CountingConnection,
+        kwargs={"autocommit": True},
     ) as pool:
         saver = ColosseumSaver(pool, cache=client, cache_prefix=prefix, **options)
-        # Time stands still for its incarnation re-check: the statement counts
+        # Time stands still for its incarnation re-check: the round-trip counts
         # here are exact, and test_recovery moves this clock itself.
         set_recheck_clock(saver, 0.0)
         yield saver
@@ -174,20 +177,40 @@ def test_a_hit_makes_no_postgres_round_trip(pg_url: str, cache_client: Any) -> N
         graph = chat_graph(saver)
         for i in range(5):
             graph.invoke(say(f"q{i}"), thread("hit"))
-        before = CountingCursor.statements
+        before = CountingConnection.round_trips
         for _ in range(3):
             state = graph.get_state(thread("hit"))
-        assert CountingCursor.statements == before
+        assert CountingConnection.round_trips == before
         assert state.values["turns"] == 5 and len(state.values["messages"]) == 10
 
         # Another worker (no bases of its own) is served by Redis too, once it
-        # knows which database incarnation it serves (one statement, once).
+        # knows which database incarnation it serves (one round trip, once).
         with worker(pg_url, cache_client) as other:
-            before = CountingCursor.statements
+            before = CountingConnection.round_trips
             assert chat_graph(other).get_state(thread("hit")).values == state.values
-            assert CountingCursor.statements == before + 1
+            assert CountingConnection.round_trips == before + 1
             assert chat_graph(other).get_state(thread("hit")).values == state.values
-            assert CountingCursor.statements == before + 1
+            assert CountingConnection.round_trips == before + 1
+
+
+def test_a_head_stays_hot_through_turns_that_repeat_their_input(
+    pg_url: str, cache_client: Any, truth: ColosseumSaver
+) -> None:
+    """LangGraph clears `__start__` once a step has read it, so each turn's
+    input is a new version after an empty one. That input was stored as a
+    delta of the last input this process had stored, a version the head no
+    longer holds, and ADVANCE, unable to rebuild it, dropped the head at every
+    turn's first put: each later read went to Postgres. A UI polling
+    `get_state` between turns, the case the head is for, never hit."""
+    with worker(pg_url, cache_client) as saver:
+        graph = chat_graph(saver)
+        for turn in range(4):
+            graph.invoke({"messages": [HumanMessage("yes")]}, thread("repeat"))
+            before = CountingConnection.round_trips
+            state = graph.get_state(thread("repeat"))
+            assert CountingConnection.round_trips == before, f"turn {turn}: the head was not served"
+            assert repr(state.values) == repr(chat_graph(truth).get_state(thread("repeat")).values)
+        assert state.values["turns"] == 4
 
 
 def test_a_head_refilled_with_pending_writes_is_served_by_redis(
@@ -202,9 +225,9 @@ def test_a_head_refilled_with_pending_writes_is_served_by_redis(
         cache_client.delete(f"{PREFIX}{{refilled}}")  # lost: evicted, expired, flushed
         with worker(pg_url, cache_client) as reader:
             assert_fresh(reader, truth, "refilled")  # a miss, then the refill
-            before = CountingCursor.statements
+            before = CountingConnection.round_trips
             assert_fresh(reader, truth, "refilled")
-            assert CountingCursor.statements == before, "the refilled head was not served"
+            assert CountingConnection.round_trips == before, "the refilled head was not served"
 
 
 def test_two_workers_interleaving_never_read_stale(
@@ -442,9 +465,9 @@ def test_redis_killed_mid_run_and_restarted(
             assert_fresh(a, truth, "outage")
             assert_fresh(b, truth, "outage")
         assert graph_a.get_state(thread("outage")).values["turns"] == turns + 4
-        before = CountingCursor.statements
+        before = CountingConnection.round_trips
         graph_b.get_state(thread("outage"))
-        assert CountingCursor.statements == before, "the cache serves again"
+        assert CountingConnection.round_trips == before, "the cache serves again"
 
 
 def test_a_worker_cut_off_from_redis_leaves_no_stale_head(

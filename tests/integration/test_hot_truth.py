@@ -36,7 +36,7 @@ from tests.conftest import TRUNCATE, redis_url, server_url, truncate
 from tests.integration.redis_servers import RedisCluster, RedisServer
 from tests.integration.test_cache import (
     PREFIX,
-    CountingCursor,
+    CountingConnection,
     assert_fresh,
     chat_graph,
     heads_per_master,
@@ -103,9 +103,11 @@ def test_an_unencodable_thread_id_is_refused_before_redis_and_the_breaker_stays_
             assert "\\ud" in str(refused.value), "the error names the thread or namespace"
         assert sent == [], "nothing reached Redis"
         assert saver.cache.breaker.backoff == 0.0, "the breaker stayed closed"
-        before = CountingCursor.statements
+        before = CountingConnection.round_trips
         assert graph.get_state(thread("fine")).values["turns"] == 1
-        assert CountingCursor.statements == before, "every other thread is still served by Redis"
+        assert CountingConnection.round_trips == before, (
+            "every other thread is still served by Redis"
+        )
     client.close()
 
 
@@ -232,9 +234,9 @@ def test_a_tampered_head_is_a_logged_miss(
             assert len(corrupt) == 1, [r.getMessage() for r in caplog.records]
             assert "tampered" in corrupt[0].getMessage()
             assert reader.cache.breaker.backoff == 0.0
-            before = CountingCursor.statements
+            before = CountingConnection.round_trips
             chat_graph(reader).get_state(thread("tampered"))
-            assert CountingCursor.statements == before, "refilled, and served by Redis again"
+            assert CountingConnection.round_trips == before, "refilled, and served by Redis again"
             chat_graph(reader).invoke(say("next"), thread("tampered"))
             assert chat_graph(writer).get_state(thread("tampered")).values["turns"] == 4
             assert_fresh(writer, truth, "tampered")
@@ -588,9 +590,9 @@ def test_cache_flush_after_a_restore_that_keeps_the_incarnation(
         assert "dropped 1 " in result.output
         assert graph.get_state(thread("t1")).values["turns"] == 1
         assert "rolled back" not in stored_text(url)
-        before_flush = CountingCursor.statements
+        before_flush = CountingConnection.round_trips
         assert texts(chat_graph(other), "t1") == ["the neighbour", "answer 0"]
-        assert CountingCursor.statements == before_flush, "the neighbour's head was kept"
+        assert CountingConnection.round_trips == before_flush, "the neighbour's head was kept"
 
 
 def test_cache_flush_on_a_cluster_drops_the_heads_on_every_master(

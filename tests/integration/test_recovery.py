@@ -40,7 +40,7 @@ from tests.integration.pg_servers import (
     remove,
 )
 from tests.integration.test_cache import (
-    CountingCursor,
+    CountingConnection,
     chat_graph,
     say,
     set_recheck_clock,
@@ -103,9 +103,9 @@ def turns(saver: ColosseumSaver, thread_id: str = "t1") -> int:
 def hot_turns(saver: ColosseumSaver, thread_id: str = "t1") -> int:
     """The thread's turns, served by the saver's Redis head (no statement sent)."""
     turns(saver, thread_id)  # refills the head if it missed
-    sent = CountingCursor.statements
+    sent = CountingConnection.round_trips
     count = turns(saver, thread_id)
-    assert CountingCursor.statements == sent, "served by the Redis head"
+    assert CountingConnection.round_trips == sent, "served by the Redis head"
     return count
 
 
@@ -114,9 +114,9 @@ def serves_what_postgres_holds(saver: ColosseumSaver, truth: ColosseumSaver) -> 
     miss) and on the next one, served from the Redis head."""
     want = repr(truth.get_tuple(thread("t1")))
     assert repr(saver.get_tuple(thread("t1"))) == want
-    sent = CountingCursor.statements
+    sent = CountingConnection.round_trips
     assert repr(saver.get_tuple(thread("t1"))) == want
-    assert CountingCursor.statements == sent, "served by the Redis head"
+    assert CountingConnection.round_trips == sent, "served by the Redis head"
 
 
 def check_recovered(
@@ -146,9 +146,9 @@ def check_recovered(
             # The bound's window: just short of the re-check, a hit of the
             # worker that lived through it makes no Postgres round trip...
             set_recheck_clock(live, INCARNATION_RECHECK - 0.001)
-            sent = CountingCursor.statements
+            sent = CountingConnection.round_trips
             turns(live)
-            assert CountingCursor.statements == sent, "a hit within the bound is Redis-only"
+            assert CountingConnection.round_trips == sent, "a hit within the bound is Redis-only"
             assert head_key(live, "t1") == old_key
             if doomed is not None:
                 # Deleted within the window by the worker that has not moved: its
