@@ -37,18 +37,10 @@ def load_targets(stem: str) -> dict[str, dict]:
     return {t["target"]: t for t in targets}
 
 
-def kind_of(name: str) -> str:
-    """The units (common.fmt's kind) of the figures target `name` divides."""
-    if "bytes" in name or "memory" in name:
-        return "bytes"
-    if "throughput" in name or "puts/s" in name or "slower" in name:
-        return "rate"
-    return "s"
-
-
-def median_figure(name: str, known: list[dict], key: str) -> str:
+def median_figure(known: list[dict], key: str) -> str:
+    """The median of the runs' `key` figure ("ours" or "reference"), in its units."""
     values = [t[key] for t in known if t.get(key) is not None]
-    return fmt(statistics.median(values), kind_of(name)) if values else ""
+    return fmt(statistics.median(values), known[0]["kind"]) if values else ""
 
 
 def table(stems: list[str], figures: bool = False) -> str:
@@ -71,7 +63,7 @@ def table(stems: list[str], figures: bool = False) -> str:
         row = [name, f"{op} {first['bound']:g}", *cells, f"**{median:.2f}**",
                "met" if met else "missed"]  # fmt: skip
         if figures:
-            row[2:2] = [median_figure(name, known, "ours"), median_figure(name, known, "reference")]
+            row[2:2] = [median_figure(known, "ours"), median_figure(known, "reference")]
         lines.append("| " + " | ".join(row) + " |")
     return "\n".join(lines)
 

@@ -123,7 +123,10 @@ def compute_targets(results: dict, p: dict) -> list[dict]:
 
     targets = []
 
-    def add(name: str, pair: tuple[Any, Any], op: str, bound: float, basis: str) -> None:
+    def add(
+        name: str, pair: tuple[Any, Any], op: str, bound: float, basis: str, kind: str = "s"
+    ) -> None:
+        """`kind`: the units of the two figures (common.fmt's)."""
         value = ratio(*pair)
         if value is None:
             status = "not run"
@@ -139,11 +142,19 @@ def compute_targets(results: dict, p: dict) -> list[dict]:
                 "bound": bound,
                 "status": status,
                 "basis": basis,
+                "kind": kind,
             }
         )
 
     vs = "ours / PostgresSaver"
-    add("chat-200 bytes on disk", cell_pair("chat-200", "bytes_on_disk", OURS, REF), "<=", 0.05, vs)
+    add(
+        "chat-200 bytes on disk",
+        cell_pair("chat-200", "bytes_on_disk", OURS, REF),
+        "<=",
+        0.05,
+        vs,
+        kind="bytes",
+    )
     add("chat-200 p50 per turn", cell_pair("chat-200", "p50_turn_s", OURS, REF), "<=", 0.6, vs)
     add("chat-200 full history", cell_pair("chat-200", "history_s", OURS, REF), "<=", 0.1, vs)
     add(
@@ -152,6 +163,7 @@ def compute_targets(results: dict, p: dict) -> list[dict]:
         "<=",
         0.8,
         vs + ", both with DeltaChannel",
+        kind="bytes",
     )
     add(
         "chat-200-delta bytes on disk, compact_forms=True",
@@ -159,6 +171,7 @@ def compute_targets(results: dict, p: dict) -> list[dict]:
         "<=",
         0.8,
         "ColosseumSaver+compact / PostgresSaver, both with DeltaChannel",
+        kind="bytes",
     )
     add(
         "chat-200-delta bytes the turns after the first add, compact_forms=True",
@@ -166,6 +179,7 @@ def compute_targets(results: dict, p: dict) -> list[dict]:
         "<=",
         0.8,
         "not the issue's figure: without each database's pages for one short thread",
+        kind="bytes",
     )
     add(
         "chat-200-delta full history",
@@ -200,6 +214,7 @@ def compute_targets(results: dict, p: dict) -> list[dict]:
         ">=",
         3.0,
         "invokes/s, AsyncColosseumSaver / AsyncPostgresSaver",
+        kind="rate",
     )
     add(
         "conc-32 throughput vs the limit",
@@ -207,6 +222,7 @@ def compute_targets(results: dict, p: dict) -> list[dict]:
         ">=",
         0.6,
         "invokes/s, AsyncColosseumSaver / InMemorySaver",
+        kind="rate",
     )
     add(
         "conc-32 no slower with the cache",
@@ -214,6 +230,7 @@ def compute_targets(results: dict, p: dict) -> list[dict]:
         ">=",
         1.0,
         "invokes/s, AsyncColosseumSaver+Redis / AsyncColosseumSaver",
+        kind="rate",
     )
     add(
         "chat-200 p50 with the cache",
@@ -236,6 +253,7 @@ def compute_targets(results: dict, p: dict) -> list[dict]:
         "<=",
         1.5,
         "MEMORY USAGE / the head's encoded bytes (chat-200)",
+        kind="bytes",
     )
     for workload, sizes_key in (("long-20k", "long_sizes"), ("long-20k-graph", "graph_sizes")):
         w = results.get(workload) or {}
@@ -257,6 +275,7 @@ def compute_targets(results: dict, p: dict) -> list[dict]:
             ">=",
             1.0,
             vs,
+            kind="rate",
         )
     long = results.get("long-20k", {}).get(OURS)
     if long:

@@ -33,6 +33,7 @@ import statistics
 import sys
 import time
 import uuid
+from collections.abc import Callable
 from pathlib import Path
 from typing import Any, TypedDict
 
@@ -106,7 +107,7 @@ def measure(bench: Bench, graph: Any, thread: str, done: int) -> dict[str, Any]:
     per_get = get_meter.per(GETS)
     assert state.values.get("counter") == done + SPAN, state.values
 
-    def median_of(key: Any) -> float:
+    def median_of(key: Callable[[dict], float]) -> float:
         return statistics.median(key(per) for per in windows)
 
     return {

@@ -705,9 +705,8 @@ class CheckpointStore:
         # decoding it each time.
         thread_id, checkpoint_ns = params["thread_id"], params["checkpoint_ns"]
         known = self.seeds.keys_of(thread_id, checkpoint_ns) if use_memo else []
-        statement = sql.DELTA_HISTORY_LATEST
-        if params["checkpoint_id"] is not None:
-            statement = sql.DELTA_HISTORY_BY_ID
+        by_id = params["checkpoint_id"] is not None
+        statement = sql.DELTA_HISTORY_BY_ID if by_id else sql.DELTA_HISTORY_LATEST
         rows = yield from _on_generic_plan(
             Query(statement, {**params, **_known(known)}, prepare=True)
         )
@@ -904,18 +903,21 @@ class CheckpointStore:
         # existed (the insert did nothing) may hold another value.
         written = set(inserted)
         for (channel, _), (_, base) in zip(new_versions.items(), planned):
-            if base is not None:
-                if channel in written:
-                    self.bases.put((thread_id, checkpoint_ns, channel), base)
-            elif self.hot is not None:
-                # The channel's new version is no base (LangGraph cleared it, as
-                # it clears `__start__` after each step, or its value cannot be
-                # one). A later delta of the base before it would name a version
-                # the Redis head no longer holds, which ADVANCE cannot rebuild:
-                # it dropped the head at every turn whose input repeated the
-                # last one's. Postgres alone rebuilds any version, so a saver
-                # without the head keeps that base and its smaller rows.
-                self.bases.forget([(thread_id, checkpoint_ns, channel)])
+            if base is not None and channel in written:
+                self.bases.put((thread_id, checkpoint_ns, channel), base)
+        if self.hot is not None:
+            # A channel whose new version is no base (LangGraph cleared it, as
+            # it clears `__start__` after each step, or its value cannot be
+            # one) forgets the base before it: a later delta of that base would
+            # name a version the Redis head no longer holds, which ADVANCE
+            # cannot rebuild (it dropped the head at every turn whose input
+            # repeated the last one's). Postgres alone rebuilds any version, so
+            # a saver without the head keeps that base and its smaller rows.
+            self.bases.forget(
+                (thread_id, checkpoint_ns, channel)
+                for (channel, _), (_, base) in zip(new_versions.items(), planned)
+                if base is None
+            )
         if self.hot is not None:
             yield from self._check_incarnation(incarnation, asked_at)
             yield from self._write_head(thread_id, stale, self.hot.advance(

@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import asyncio
 import logging
+import operator
 import random
 import threading
 import time
@@ -23,6 +24,7 @@ import pytest
 import redis
 import redis.asyncio
 from langchain_core.messages import AIMessage, AnyMessage, HumanMessage
+from langgraph.channels.delta import DeltaChannel
 from langgraph.graph import START, StateGraph
 from langgraph.graph.message import add_messages
 from langgraph.types import Command, Send, interrupt
@@ -211,6 +213,56 @@ def test_a_head_stays_hot_through_turns_that_repeat_their_input(
             assert CountingConnection.round_trips == before, f"turn {turn}: the head was not served"
             assert repr(state.values) == repr(chat_graph(truth).get_state(thread("repeat")).values)
         assert state.values["turns"] == 4
+
+
+def test_an_input_after_a_cleared_start_is_stored_whole_with_the_head_only(
+    pg_url: str, cache_client: Any, truth: ColosseumSaver
+) -> None:
+    """The README's sentence on the head's rows: with the head on, the input
+    after LangGraph cleared `__start__` is stored whole (the head holds no
+    version to take a delta of); a saver without the head keeps its smaller
+    delta rows (Postgres rebuilds any version)."""
+
+    def start_encodings(thread_id: str) -> list[str]:
+        with psycopg.connect(pg_url, autocommit=True) as conn:
+            rows = conn.execute(
+                "SELECT encoding FROM colosseum_channel_values WHERE thread_id = %s"
+                " AND channel = '__start__' AND encoding <> 'empty' ORDER BY version",
+                (thread_id,),
+            ).fetchall()
+        return [encoding for (encoding,) in rows]
+
+    with worker(pg_url, cache_client) as saver:
+        for _ in range(3):
+            chat_graph(saver).invoke({"messages": [HumanMessage("yes")]}, thread("whole"))
+    for _ in range(3):
+        chat_graph(truth).invoke({"messages": [HumanMessage("yes")]}, thread("delta"))
+    assert start_encodings("whole") == ["json", "json", "json"]
+    assert start_encodings("delta")[0] == "json"
+    assert set(start_encodings("delta")[1:]) <= {"merge", "append"}, start_encodings("delta")
+
+
+class Drafts(TypedDict):
+    drafts: Annotated[list[str], DeltaChannel(operator.add)]
+
+
+def test_a_delta_channel_history_read_goes_to_postgres(pg_url: str, cache_client: Any) -> None:
+    """The README's exception to the head's promise: a graph with a
+    DeltaChannel also reads that channel's history, which the head does not
+    hold, so each `get_state` the head serves makes one Postgres round trip."""
+    with worker(pg_url, cache_client) as saver:
+        builder = StateGraph(Drafts)
+        builder.add_node("draft", lambda state: {"drafts": [f"draft {len(state['drafts'])}"]})
+        builder.add_edge(START, "draft")
+        graph = builder.compile(checkpointer=saver)
+        for _ in range(3):
+            graph.invoke({"drafts": ["note"]}, thread("drafts"))
+        graph.get_state(thread("drafts"))  # the head, refilled if the last put left it
+        for _ in range(3):
+            before = CountingConnection.round_trips
+            state = graph.get_state(thread("drafts"))
+            assert CountingConnection.round_trips == before + 1
+        assert len(state.values["drafts"]) == 6
 
 
 def test_a_head_refilled_with_pending_writes_is_served_by_redis(

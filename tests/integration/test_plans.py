@@ -209,8 +209,7 @@ def test_a_delta_history_by_id_finds_its_checkpoint_by_its_key(grown_url: str) -
     scan too, but one that walks the thread down from its head to an old
     checkpoint, 10,000 entries here: each checkpoint the by-id read finds, it
     finds by its key (sql._delta_history)."""
-    params = {**DELTA, "checkpoint_id": "00010000"}
-    plan = generic_plan(grown_url, sql.DELTA_HISTORY_BY_ID, params)
+    plan = generic_plan(grown_url, *CASES["delta history by id"])
     found = [n for n in nodes(plan) if n.get("Relation Name") == "colosseum_checkpoints"]
     assert found
     for node in found:
